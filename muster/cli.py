@@ -1,0 +1,116 @@
+"""The `muster` command line (also installed as `kubectl-muster`).
+
+Each subcommand lives in the module that owns its work; this file only wires names to modules.
+A command module exposes `add_arguments(parser)` and `run(args) -> int` (or a `SUBCOMMANDS`
+dict of objects that do, for sibling commands). Only the module of the command being run is
+imported, so `muster --help` stays fast and one broken module cannot break every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+from muster import __version__
+
+
+@dataclass(frozen=True)
+class Command:
+    """One leaf subcommand: its words on the command line, the module that runs it, its help."""
+
+    words: tuple[str, ...]
+    module: str
+    help: str
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(("sim",), "simulator.sim_command", "replay a trace in the in-process simulator"),
+    Command(
+        ("cluster", "build"), "simulator.controlplane.commands", "build control-plane binaries"
+    ),
+    Command(("cluster", "up"), "simulator.controlplane.commands", "start a local control plane"),
+    Command(("cluster", "down"), "simulator.controlplane.commands", "stop the local control plane"),
+    Command(("cluster", "env"), "simulator.controlplane.commands", "print KUBECONFIG exports"),
+    Command(("cluster", "status"), "simulator.controlplane.commands", "show components and logs"),
+    Command(("bench", "apiserver"), "simulator.bench_apiserver", "raw Job PATCH throughput"),
+    Command(("bench", "plan"), "simulator.bench_plan", "time policies.plan on a synthetic burst"),
+    Command(("bench", "sim"), "simulator.bench_sim", "time the in-process simulator on a burst"),
+    Command(("trace", "burst"), "simulator.trace_command", "generate a synthetic burst trace"),
+)
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The full parser; only the leaf that `argv` selects gets its real arguments."""
+    selected = _selected(argv)
+    parser = argparse.ArgumentParser(
+        prog="muster",
+        description="Gang-aware queue admission for Kubernetes.",
+    )
+    parser.add_argument("--version", action="version", version=f"muster {__version__}")
+    root = parser.add_subparsers(dest="command", metavar="COMMAND")
+    groups: dict[tuple[str, ...], argparse._SubParsersAction[argparse.ArgumentParser]] = {(): root}
+    for command in COMMANDS:
+        for depth in range(1, len(command.words)):
+            prefix = command.words[:depth]
+            if prefix not in groups:
+                group = groups[prefix[:-1]].add_parser(prefix[-1], help=f"{prefix[-1]} commands")
+                groups[prefix] = group.add_subparsers(dest="_".join(prefix), metavar="COMMAND")
+                group.set_defaults(_group=group)
+        leaf = groups[command.words[:-1]].add_parser(
+            command.words[-1],
+            help=command.help,
+            description=command.help,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        leaf.set_defaults(_command=command)
+        if command is selected:
+            _module(command).add_arguments(leaf)
+    return parser
+
+
+def _selected(argv: Sequence[str]) -> Command | None:
+    words = [a for a in argv if not a.startswith("-")]
+    for command in COMMANDS:
+        if tuple(words[: len(command.words)]) == command.words:
+            return command
+    return None
+
+
+def _module(command: Command) -> CommandModule:
+    module = importlib.import_module(command.module)
+    if command.words[-1] in getattr(module, "SUBCOMMANDS", {}):
+        # One module may serve several sibling commands (cluster up/down/...).
+        return module.SUBCOMMANDS[command.words[-1]]  # type: ignore[no-any-return]
+    return cast(CommandModule, module)
+
+
+class CommandModule(Protocol):
+    """What a command module (or an entry of its SUBCOMMANDS) provides."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    command: Command | None = getattr(args, "_command", None)
+    if command is None:
+        group: argparse.ArgumentParser = getattr(args, "_group", parser)
+        group.print_help()
+        return 2
+    try:
+        return _module(command).run(args)
+    except KeyboardInterrupt:
+        print("muster: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Helpers for cluster tests: manifests and polling against the real apiserver."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def job_manifest(
+    name: str,
+    *,
+    parallelism: int,
+    completions: int | None = None,
+    runtime: str | None = "5s",
+    suspend: bool = False,
+    cpu: str = "1",
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    annotations = {"muster.dev/runtime": runtime} if runtime else {}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "parallelism": parallelism,
+            "completions": completions if completions is not None else parallelism,
+            "suspend": suspend,
+            "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "tolerations": [KWOK_TOLERATION],
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": {"requests": {"cpu": cpu}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def wait_for(
+    probe: Callable[[], T | None], *, timeout: float, interval: float = 0.25, what: str
+) -> T:
+    """Poll until `probe` returns something truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def job_condition(job: dict[str, Any], kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in job.get("status", {}).get("conditions") or []
+    )

@@ -1,0 +1,110 @@
+"""Control-plane building blocks that need no running cluster: versions, wrapper, PKI, config."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from admission.kubeapi import KubeconfigError, load_kubeconfig
+from simulator.controlplane import build, versions
+from simulator.controlplane.cluster import NodeShape, free_ports
+from simulator.controlplane.pki import create_cluster_pki
+
+
+def test_staging_version_follows_the_kubernetes_minor_and_patch() -> None:
+    assert versions.staging_version("v1.35.4") == "v0.35.4"
+    with pytest.raises(ValueError, match="expected v1"):
+        versions.staging_version("v2.0.0")
+
+
+def test_wrapper_gomod_pins_every_staging_module_to_the_release() -> None:
+    gomod = build.kubernetes_wrapper_gomod(["k8s.io/api", "k8s.io/client-go"])
+    assert f"require k8s.io/kubernetes {versions.KUBERNETES}" in gomod
+    staging = versions.staging_version()
+    assert f"\tk8s.io/api => k8s.io/api {staging}" in gomod
+    assert f"\tk8s.io/client-go => k8s.io/client-go {staging}" in gomod
+
+
+def test_ldflags_stamp_the_version() -> None:
+    flags = build.kubernetes_ldflags()
+    assert f"gitVersion={versions.KUBERNETES}" in flags
+    assert "gitMinor=" + versions.KUBERNETES.split(".")[1] in flags
+
+
+def test_missing_go_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(build.BuildError, match=r"go not found on PATH.*install Go >= 1\.25"):
+        build.check_go()
+
+
+def test_too_old_go_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = tmp_path / "go"
+    fake.write_text("#!/bin/sh\necho go version go1.21.0 linux/amd64\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(build.BuildError, match=r"Go 1\.21 is too old"):
+        build.check_go()
+
+
+def test_cache_is_keyed_by_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MUSTER_CACHE", str(tmp_path))
+    binaries = build.Binaries.at()
+    assert binaries.kube_apiserver == tmp_path / f"k8s-{versions.KUBERNETES}/bin/kube-apiserver"
+    assert binaries.etcd == tmp_path / f"etcd-{versions.ETCD}/bin/etcd"
+    assert binaries.kwok == tmp_path / f"kwok-{versions.KWOK}/bin/kwok"
+    assert len(binaries.missing()) == 6
+
+
+def test_pki_certificates_have_the_names_components_check(tmp_path: Path) -> None:
+    pki = create_cluster_pki(tmp_path)
+    server = x509.load_pem_x509_certificate(pki.apiserver.cert.read_bytes())
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "kubernetes.default.svc" in sans.get_values_for_type(x509.DNSName)
+    assert "127.0.0.1" in [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
+    admin = x509.load_pem_x509_certificate(pki.admin.cert.read_bytes())
+    org = admin.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value
+    assert org == "system:masters"
+    usage = admin.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.CLIENT_AUTH in usage
+    assert os.stat(pki.admin.key).st_mode & 0o077 == 0
+
+
+def test_free_ports_are_distinct_loopback_ports() -> None:
+    ports = free_ports(6)
+    assert len(set(ports)) == 6
+    assert all(1024 < p < 65536 for p in ports)
+
+
+def test_node_shape_allocatable_includes_extended_resources() -> None:
+    shape = NodeShape(cpu="8", memory="30Gi", extended={"nvidia.com/gpu": "4"})
+    assert shape.allocatable() == {
+        "cpu": "8",
+        "memory": "30Gi",
+        "pods": "110",
+        "nvidia.com/gpu": "4",
+    }
+
+
+def test_kubeconfig_errors_name_the_file_and_problem(tmp_path: Path) -> None:
+    with pytest.raises(KubeconfigError, match="cannot read kubeconfig"):
+        load_kubeconfig(tmp_path / "absent")
+    bad = tmp_path / "kc"
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "current-context": "x",
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {}}],
+            }
+        )
+    )
+    with pytest.raises(KubeconfigError, match="is not an https URL"):
+        load_kubeconfig(bad)
+    with pytest.raises(KubeconfigError, match="no context named 'nope'"):
+        load_kubeconfig(bad, context="nope")
