@@ -29,6 +29,7 @@ class Command:
 
 COMMANDS: tuple[Command, ...] = (
     Command(("sim",), "simulator.sim_command", "replay a trace in the in-process simulator"),
+    Command(("run",), "muster.run_command", "run muster's webhook and controller"),
     Command(
         ("cluster", "build"), "simulator.controlplane.commands", "build control-plane binaries"
     ),
@@ -40,6 +41,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(("bench", "plan"), "simulator.bench_plan", "time policies.plan on a synthetic burst"),
     Command(("bench", "sim"), "simulator.bench_sim", "time the in-process simulator on a burst"),
     Command(("trace", "burst"), "simulator.trace_command", "generate a synthetic burst trace"),
+    Command(("sweep",), "simulator.sweep", "find the smallest cluster meeting a wait-time SLO"),
 )
 
 

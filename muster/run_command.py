@@ -1,0 +1,216 @@
+"""`muster run`: start muster's webhook (and, as it lands, the queue controller) with kopf.
+
+`--local` serves the webhook on loopback with a fresh self-signed CA and writes the
+MutatingWebhookConfiguration (url + caBundle) itself once the server accepts connections; it
+removes that configuration again on a clean exit. In a cluster, the static manifests carry the
+configuration and the certificate comes from a Secret (`--tls-cert`, `--tls-key`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import logging
+import os
+import socket
+import ssl
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from admission.kubeapi import ApiError, KubeClient
+from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
+from webhook.configuration import build_configuration
+from webhook.decision import WebhookSettings
+
+CONFIG_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG"),
+        help="cluster to run against (default: $KUBECONFIG, else in-cluster config)",
+    )
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="serve the webhook on loopback and register it with url + caBundle (local runs)",
+    )
+    parser.add_argument("--webhook-addr", default="127.0.0.1", help="listen address")
+    parser.add_argument(
+        "--webhook-port", type=int, default=0, help="listen port (0: pick a free one)"
+    )
+    parser.add_argument("--tls-cert", help="serving certificate (in-cluster installs)")
+    parser.add_argument("--tls-key", help="serving key (in-cluster installs)")
+    parser.add_argument(
+        "--manage-jobs-without-queue-name",
+        action="store_true",
+        help="also manage Jobs without a muster.dev/queue label (they go to --default-queue)",
+    )
+    parser.add_argument("--default-queue", default="default")
+    parser.add_argument(
+        "--peering",
+        default=None,
+        help="kopf peering name for multi-replica exclusivity (default: standalone)",
+    )
+    parser.add_argument("--verbose", "-v", action="store_true")
+    parser.epilog = (
+        "examples:\n"
+        "  muster run --local --kubeconfig ~/.cache/muster/clusters/muster/kubeconfig\n"
+        "  muster run --tls-cert /tls/tls.crt --tls-key /tls/tls.key --peering muster"
+    )
+
+
+def _free_port(addr: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((addr, 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_tls(addr: str, port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    while time.monotonic() < deadline:
+        try:
+            with (
+                socket.create_connection((addr, port), timeout=1) as raw,
+                ctx.wrap_socket(raw, server_hostname=addr),
+            ):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"webhook server on {addr}:{port} did not start within {timeout:.0f}s")
+
+
+def register_configuration(client: KubeClient, configuration: dict[str, Any]) -> None:
+    """Create or replace muster's MutatingWebhookConfiguration."""
+    try:
+        current = client.get(f"{CONFIG_PATH}/{WEBHOOK_CONFIG_NAME}")
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        client.create(CONFIG_PATH, configuration)
+        return
+    body = dict(configuration)
+    body["metadata"] = {
+        **configuration["metadata"],
+        "resourceVersion": current["metadata"]["resourceVersion"],
+    }
+    client.request("PUT", f"{CONFIG_PATH}/{WEBHOOK_CONFIG_NAME}", body)
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+
+    from webhook import handlers
+    from webhook.tls import create_webhook_tls
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.kubeconfig:
+        if not Path(args.kubeconfig).expanduser().exists():
+            print(f"muster run: kubeconfig {args.kubeconfig} does not exist", file=sys.stderr)
+            return 2
+        os.environ["KUBECONFIG"] = str(Path(args.kubeconfig).expanduser())
+    settings = WebhookSettings(
+        manage_jobs_without_queue_name=args.manage_jobs_without_queue_name,
+        default_queue=args.default_queue,
+    )
+    port = args.webhook_port or _free_port(args.webhook_addr)
+    tmp = tempfile.TemporaryDirectory(prefix="muster-webhook-")
+    client: KubeClient | None = None
+    if args.local:
+        if not args.kubeconfig:
+            print("muster run --local needs --kubeconfig (or $KUBECONFIG)", file=sys.stderr)
+            return 2
+        tls = create_webhook_tls(Path(tmp.name), [args.webhook_addr])
+        certfile, keyfile, ca_bundle = str(tls.cert), str(tls.key), tls.ca_bundle
+        client = KubeClient.from_kubeconfig(args.kubeconfig)
+    else:
+        if not (args.tls_cert and args.tls_key):
+            print(
+                "muster run: give --tls-cert and --tls-key (in-cluster), or --local",
+                file=sys.stderr,
+            )
+            return 2
+        certfile, keyfile, ca_bundle = args.tls_cert, args.tls_key, b""
+
+    queues_installed = True
+    if client is not None:
+        try:
+            client.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/queues.muster.dev")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            queues_installed = False
+            logging.warning(
+                "Queue CRD not installed (kubectl apply -f manifests/crd/); "
+                "queue names are not checked"
+            )
+
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, settings, queues_installed=queues_installed)
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # A private registry does not get kopf's default login handlers.
+        if os.environ.get("KUBECONFIG"):
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_with_service_account(**kwargs)
+
+    @kopf.on.startup(registry=registry)
+    async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.admission.server = kopf.WebhookServer(
+            addr=args.webhook_addr,
+            port=port,
+            host=args.webhook_addr,
+            certfile=certfile,
+            pkeyfile=keyfile,
+        )
+        settings.admission.managed = None
+        settings.posting.level = logging.WARNING
+        settings.persistence.finalizer = "muster.dev/finalizer"
+        if client is not None:
+            asyncio.get_running_loop().create_task(_register_when_serving())
+
+    async def _register_when_serving() -> None:
+        assert client is not None
+        await asyncio.to_thread(_wait_for_tls, args.webhook_addr, port)
+        configuration = build_configuration(
+            settings,
+            url=f"https://{args.webhook_addr}:{port}",
+            ca_bundle=base64.b64encode(ca_bundle).decode(),
+        )
+        await asyncio.to_thread(register_configuration, client, configuration)
+        logging.info("webhook registered at https://%s:%d", args.webhook_addr, port)
+        print(f"muster: webhook ready at https://{args.webhook_addr}:{port}", flush=True)
+
+    @kopf.on.cleanup(registry=registry)
+    async def unregister(**_: Any) -> None:
+        if client is not None:
+            try:
+                await asyncio.to_thread(client.delete, f"{CONFIG_PATH}/{WEBHOOK_CONFIG_NAME}")
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+
+    try:
+        kopf.run(
+            registry=registry,
+            clusterwide=True,
+            standalone=args.peering is None,
+            peering_name=args.peering,
+        )
+    finally:
+        if client is not None:
+            client.close()
+        tmp.cleanup()
+    return 0

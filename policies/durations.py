@@ -1,0 +1,53 @@
+"""Durations as users write them: `300`, `300s`, `1.5m`, `1h30m`, `250ms`, `2d` → seconds."""
+
+from __future__ import annotations
+
+import math
+import re
+
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class DurationError(ValueError):
+    """A malformed or negative duration; the message names the field."""
+
+
+def parse_duration(value: object, *, field: str) -> float:
+    """Seconds from a number or a Go-style duration string; raise DurationError naming `field`."""
+    hint = "use e.g. 300s, 5m or 1h30m"
+    if isinstance(value, bool) or value is None:
+        raise DurationError(f"{field}: missing or not a duration; {hint}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            pos, seconds = 0, 0.0
+            for match in _PART.finditer(text):
+                if match.start() != pos:
+                    break
+                seconds += float(match.group(1)) * _UNITS[match.group(2)]
+                pos = match.end()
+            if not text or pos != len(text):
+                raise DurationError(f"{field}: {value!r} is not a duration; {hint}") from None
+    else:
+        raise DurationError(f"{field}: {value!r} is not a duration; {hint}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise DurationError(f"{field}: {value!r} must be a non-negative duration; {hint}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """A short human form: 45s, 5m, 1h30m, 2d3h (rounded to whole seconds)."""
+    total = round(seconds)
+    if total < 60:
+        return f"{total}s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, total = divmod(total, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)

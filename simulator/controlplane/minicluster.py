@@ -1,0 +1,152 @@
+"""A stand-in for the Flux Operator: turns each MiniCluster into the Indexed Job the operator makes.
+
+The real operator cannot be built here (the Go module proxy refuses its module path), so tests
+and the kwok engine install `minicluster-crd.yaml` and run this reconciler. It creates what the
+operator's `newMiniClusterJob` creates, which is all muster looks at: a Job named after the
+MiniCluster, labelled with `spec.jobLabels`, Indexed, completions = parallelism = `spec.size`,
+restartPolicy OnFailure, pod labels/annotations/nodeSelector from `spec.pod`, and a controller
+owner reference to the MiniCluster. (It also reads `spec.pod.tolerations`, which the stand-in CRD
+keeps, so pods can land on tainted kwok nodes.) Flux itself, its ConfigMaps, Secrets and
+Services are not modelled.
+"""
+
+from __future__ import annotations
+
+import threading
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from admission.kubeapi import ApiError, KubeClient
+
+CRD_NAME = "miniclusters.flux-framework.org"
+MINICLUSTERS = "/apis/flux-framework.org/v1alpha2/miniclusters"
+
+
+def install_crd(client: KubeClient) -> None:
+    """Create the stand-in MiniCluster CRD if absent and wait until it is served."""
+    crd = yaml.safe_load(
+        resources.files("simulator.controlplane").joinpath("minicluster-crd.yaml").read_text()
+    )
+    apply_crd(client, crd)
+
+
+def apply_crd(client: KubeClient, crd: dict[str, Any], timeout: float = 30) -> None:
+    """Create a CRD (or leave an existing one) and wait for Established."""
+    import time
+
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    try:
+        client.create(path, crd)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        current = client.get(f"{path}/{crd['metadata']['name']}")
+        for cond in current.get("status", {}).get("conditions") or []:
+            if cond.get("type") == "Established" and cond.get("status") == "True":
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"CRD {crd['metadata']['name']} not Established within {timeout:.0f}s")
+
+
+def job_for(minicluster: dict[str, Any]) -> dict[str, Any]:
+    """The Job the Flux Operator would create for this MiniCluster."""
+    meta = minicluster["metadata"]
+    spec = minicluster.get("spec") or {}
+    pod = spec.get("pod") or {}
+    size = int(spec.get("size", 1))
+    pod_labels = {
+        **(pod.get("labels") or {}),
+        "namespace": meta["namespace"],
+        "app.kubernetes.io/name": meta["name"],
+    }
+    containers = [
+        {
+            "name": c.get("name") or meta["name"],
+            "image": c.get("image", "ghcr.io/flux-framework/flux-restful-api"),
+            "resources": c.get("resources") or {},
+        }
+        for c in spec.get("containers") or [{}]
+    ]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": dict(spec.get("jobLabels") or {}),
+            "ownerReferences": [
+                {
+                    "apiVersion": minicluster["apiVersion"],
+                    "kind": "MiniCluster",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "backoffLimit": 100,
+            "completions": size,
+            "parallelism": size,
+            "completionMode": "Indexed",
+            "template": {
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": dict(pod.get("annotations") or {}),
+                },
+                "spec": {
+                    "restartPolicy": "OnFailure",
+                    "nodeSelector": dict(pod.get("nodeSelector") or {}),
+                    "tolerations": list(pod.get("tolerations") or []),
+                    "affinity": pod.get("affinity") or {},
+                    "containers": containers,
+                },
+            },
+        },
+    }
+
+
+class MiniClusterReconciler:
+    """Polls MiniClusters and creates each one's Job once; run it in a background thread."""
+
+    def __init__(self, client: KubeClient, interval: float = 0.2) -> None:
+        self.client = client
+        self.interval = interval
+        self.created: set[tuple[str, str]] = set()
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="minicluster-reconciler")
+
+    def start(self) -> MiniClusterReconciler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def reconcile_once(self) -> None:
+        for mc in self.client.get(MINICLUSTERS)["items"]:
+            key = (mc["metadata"]["namespace"], mc["metadata"]["name"])
+            if key in self.created:
+                continue
+            try:
+                self.client.create(f"/apis/batch/v1/namespaces/{key[0]}/jobs", job_for(mc))
+            except ApiError as exc:
+                if exc.status != 409:
+                    # The webhook may refuse the Job; the operator would retry, so do we.
+                    self.errors.append(exc.message)
+                    continue
+            self.created.add(key)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.reconcile_once()
+            except (ApiError, OSError) as exc:
+                self.errors.append(str(exc))

@@ -1,0 +1,227 @@
+"""The webhook on the real control plane: what is stored, what is refused, what is left alone."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from admission.kubeapi import ApiError, KubeClient
+from policies.submitted import parse_stamp
+from simulator.controlplane.build import Binaries
+from simulator.controlplane.minicluster import MINICLUSTERS, MiniClusterReconciler
+from tests.kube import job_manifest, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("muster_webhook")]
+
+
+def jobs_path(namespace: str) -> str:
+    return f"/apis/batch/v1/namespaces/{namespace}/jobs"
+
+
+def labelled_job(name: str, queue: str = "gpu", **kwargs: Any) -> dict[str, Any]:
+    body = job_manifest(name, parallelism=kwargs.pop("parallelism", 4), **kwargs)
+    body["metadata"]["labels"]["muster.dev/queue"] = queue
+    return body
+
+
+@pytest.fixture(scope="module")
+def queue(kube: KubeClient) -> str:
+    body = {"apiVersion": "muster.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "gpu"}}
+    try:
+        kube.create("/apis/muster.dev/v1alpha1/queues", body)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+    # The webhook learns queues from its watch; give it a moment to see this one.
+    time.sleep(1.0)
+    return "gpu"
+
+
+def test_labelled_job_is_stored_suspended_with_stamps(
+    kube: KubeClient, namespace: str, queue: str
+) -> None:
+    stored = kube.create(jobs_path(namespace), labelled_job("train", queue))
+    assert stored["spec"]["suspend"] is True
+    annotations = stored["metadata"]["annotations"]
+    assert annotations["muster.dev/queue"] == queue
+    parse_stamp(annotations["muster.dev/submitted"])  # in muster's format
+    assert stored["spec"]["template"]["metadata"]["labels"]["muster.dev/gang"] == "train"
+    time.sleep(1.0)
+    pods = kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+    assert pods == []
+
+
+def test_unlabelled_job_in_unmanaged_namespace_is_untouched(
+    kube: KubeClient, namespace: str
+) -> None:
+    stored = kube.create(jobs_path(namespace), job_manifest("plain", parallelism=2))
+    assert stored["spec"]["suspend"] is False
+    assert "muster.dev/submitted" not in (stored["metadata"].get("annotations") or {})
+
+
+def test_job_in_kube_system_is_untouched(kube: KubeClient, queue: str) -> None:
+    name = f"muster-test-{int(time.time() * 1000)}"
+    stored = kube.create(jobs_path("kube-system"), labelled_job(name, queue, runtime=None))
+    try:
+        assert stored["spec"]["suspend"] is False
+        assert "muster.dev/submitted" not in (stored["metadata"].get("annotations") or {})
+    finally:
+        kube.request("DELETE", f"{jobs_path('kube-system')}/{name}")
+
+
+def test_namespace_default_queue_manages_unlabelled_jobs(kube: KubeClient, queue: str) -> None:
+    ns = f"t-default-queue-{int(time.time() * 1000)}"
+    kube.create(
+        "/api/v1/namespaces", {"metadata": {"name": ns, "labels": {"muster.dev/queue": queue}}}
+    )
+    try:
+        stored = kube.create(jobs_path(ns), job_manifest("plain", parallelism=2))
+        assert stored["spec"]["suspend"] is True
+        assert stored["metadata"]["labels"]["muster.dev/queue"] == queue
+    finally:
+        kube.delete(f"/api/v1/namespaces/{ns}")
+
+
+@pytest.mark.parametrize(
+    ("annotations", "parallelism", "message"),
+    [
+        ({"muster.dev/min-members": "many"}, 4, "muster.dev/min-members: 'many' is not an integer"),
+        ({"muster.dev/min-members": "0"}, 4, "0 is out of range; the gang has 4 members"),
+        ({"muster.dev/min-members": "5"}, 4, "5 is out of range"),
+        (
+            {"muster.dev/clog-timeout": "soon"},
+            4,
+            "muster.dev/clog-timeout: 'soon' is not a duration",
+        ),
+        ({}, 0, "the gang has 0 members"),
+    ],
+)
+def test_bad_input_is_rejected_and_nothing_is_stored(
+    kube: KubeClient,
+    namespace: str,
+    queue: str,
+    annotations: dict[str, str],
+    parallelism: int,
+    message: str,
+) -> None:
+    body = labelled_job("bad", queue, parallelism=parallelism)
+    body["metadata"]["annotations"] = annotations
+    with pytest.raises(ApiError) as error:
+        kube.create(jobs_path(namespace), body)
+    assert error.value.status == 400
+    assert message in error.value.message
+    assert kube.get(jobs_path(namespace))["items"] == []
+
+
+def test_unknown_queue_is_accepted_with_a_kubectl_warning(
+    kubeconfig: Path, kube: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    import yaml
+
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(labelled_job("lost", "no-such-queue")))
+    proc = subprocess.run(
+        [str(Binaries.at().kubectl), "--kubeconfig", str(kubeconfig), "-n", namespace]
+        + ["create", "-f", str(manifest)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert 'queue "no-such-queue" does not exist yet; the job stays suspended until it does' in (
+        proc.stderr
+    )
+    assert kube.get(f"{jobs_path(namespace)}/lost")["spec"]["suspend"] is True
+
+
+def test_minicluster_job_is_created_suspended_with_gang_labels(
+    kube: KubeClient, namespace: str, queue: str
+) -> None:
+    minicluster = {
+        "apiVersion": "flux-framework.org/v1alpha2",
+        "kind": "MiniCluster",
+        "metadata": {"name": "lammps", "labels": {"muster.dev/queue": queue}},
+        "spec": {"size": 8, "minSize": 6, "containers": [{"image": "lammps"}]},
+    }
+    path = f"/apis/flux-framework.org/v1alpha2/namespaces/{namespace}/miniclusters"
+    stored_mc = kube.create(path, minicluster)
+    assert stored_mc["spec"]["jobLabels"] == {
+        "muster.dev/queue": queue,
+        "muster.dev/min-members": "6",
+    }
+    mc_stamp = stored_mc["metadata"]["annotations"]["muster.dev/submitted"]
+    reconciler = MiniClusterReconciler(kube).start()
+    try:
+        job = wait_for(
+            lambda: next(iter(kube.get(jobs_path(namespace))["items"]), None),
+            timeout=30,
+            what="the MiniCluster's Job",
+        )
+    finally:
+        reconciler.stop()
+    assert job["metadata"]["name"] == "lammps"
+    assert job["spec"]["suspend"] is True
+    assert job["spec"]["parallelism"] == 8 and job["spec"]["completionMode"] == "Indexed"
+    assert job["metadata"]["labels"]["muster.dev/min-members"] == "6"
+    assert job["metadata"]["annotations"]["muster.dev/gang-kind"] == "MiniCluster"
+    assert job["spec"]["template"]["metadata"]["labels"]["muster.dev/gang"] == "lammps"
+    # The gang keeps the MiniCluster's place in line when the webhook had indexed it already.
+    assert job["metadata"]["annotations"]["muster.dev/submitted"] >= mc_stamp
+    assert kube.get(MINICLUSTERS)["items"]
+
+
+def test_bad_minicluster_is_rejected(kube: KubeClient, namespace: str, queue: str) -> None:
+    body = {
+        "apiVersion": "flux-framework.org/v1alpha2",
+        "kind": "MiniCluster",
+        "metadata": {"name": "bad", "labels": {"muster.dev/queue": queue}},
+        "spec": {"size": 4, "minSize": 9},
+    }
+    path = f"/apis/flux-framework.org/v1alpha2/namespaces/{namespace}/miniclusters"
+    with pytest.raises(ApiError) as error:
+        kube.create(path, body)
+    assert error.value.status == 400
+    assert "spec.minSize: 9 is out of range" in error.value.message
+    assert kube.get(path)["items"] == []
+
+
+def test_concurrent_creates_get_unique_stamps_in_arrival_order(
+    kube: KubeClient, namespace: str, queue: str
+) -> None:
+    """>= 200 creates from 8 threads: stamps are unique and respect real-time order."""
+    threads, per_thread = 8, 25
+    records: list[tuple[float, float, str]] = []
+    lock = threading.Lock()
+
+    def submit(t: int) -> None:
+        for i in range(per_thread):
+            start = time.monotonic()
+            stored = kube.create(jobs_path(namespace), labelled_job(f"c-{t}-{i}", queue))
+            end = time.monotonic()
+            with lock:
+                records.append(
+                    (start, end, stored["metadata"]["annotations"]["muster.dev/submitted"])
+                )
+
+    workers = [threading.Thread(target=submit, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    stamps = [r[2] for r in records]
+    assert len(records) == threads * per_thread
+    assert len(set(stamps)) == len(stamps)
+    # A create that finished before another started reached the webhook first: its stamp is
+    # smaller. (Overlapping creates may be stamped in either order.)
+    by_end = sorted(records, key=lambda r: r[1])
+    for start, _, stamp in records:
+        earlier = [r for r in by_end if r[1] < start]
+        if earlier:
+            assert max(r[2] for r in earlier) < stamp
+    parsed = sorted(parse_stamp(s) for s in stamps)
+    assert len({(p.time, p.seq) for p in parsed}) == len(parsed)

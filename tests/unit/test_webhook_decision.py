@@ -1,0 +1,231 @@
+"""The webhook's pure decision, exercised with plain dicts (as kopf's build_response is)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from webhook.configuration import build_configuration
+from webhook.decision import (
+    AdmissionRejected,
+    WebhookSettings,
+    decide_job,
+    decide_minicluster,
+    job_gang_size,
+)
+
+STAMP = "2026-11-22T03:05:07.000000001Z/000000000001"
+SETTINGS = WebhookSettings()
+
+
+def job(
+    name: str = "train",
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    parallelism: int | None = 4,
+    completions: int | None = None,
+    owner: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "team-a"}
+    meta["labels"] = labels if labels is not None else {"muster.dev/queue": "gpu"}
+    meta["annotations"] = annotations or {}
+    if owner:
+        meta["ownerReferences"] = [owner]
+    spec: dict[str, Any] = {"template": {"spec": {}}}
+    if parallelism is not None:
+        spec["parallelism"] = parallelism
+    if completions is not None:
+        spec["completions"] = completions
+    return {"metadata": meta, "spec": spec}
+
+
+def decide(body: dict[str, Any], **kwargs: Any) -> Any:
+    params: dict[str, Any] = {
+        "namespace": "team-a",
+        "namespace_labels": {},
+        "known_queues": {"gpu", "cpu"},
+        "settings": SETTINGS,
+        "stamp": STAMP,
+    }
+    params.update(kwargs)
+    return decide_job(body, **params)
+
+
+def test_labelled_job_is_suspended_and_stamped() -> None:
+    decision = decide(job())
+    assert decision.managed and decision.queue == "gpu"
+    assert decision.patch["spec"]["suspend"] is True
+    assert decision.patch["metadata"]["annotations"] == {
+        "muster.dev/queue": "gpu",
+        "muster.dev/submitted": STAMP,
+    }
+    assert decision.patch["spec"]["template"]["metadata"]["labels"] == {"muster.dev/gang": "train"}
+    assert decision.warnings == ()
+
+
+def test_unlabelled_job_is_left_alone_by_default() -> None:
+    decision = decide(job(labels={}))
+    assert not decision.managed and decision.patch == {}
+
+
+def test_namespace_default_queue_manages_unlabelled_jobs() -> None:
+    decision = decide(job(labels={}), namespace_labels={"muster.dev/queue": "cpu"})
+    assert decision.queue == "cpu"
+    assert decision.patch["metadata"]["labels"] == {"muster.dev/queue": "cpu"}
+
+
+def test_manage_jobs_without_queue_name_uses_the_default_queue() -> None:
+    settings = WebhookSettings(manage_jobs_without_queue_name=True, default_queue="batch")
+    assert decide(job(labels={}), settings=settings).queue == "batch"
+
+
+def test_excluded_namespaces_are_never_touched() -> None:
+    assert not decide(job(), namespace="kube-system").managed
+    assert not decide(job(), namespace="muster-system").managed
+
+
+def test_jobs_owned_by_other_controllers_need_a_label() -> None:
+    owner = {"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly", "controller": True}
+    assert not decide(
+        job(labels={}, owner=owner), namespace_labels={"muster.dev/queue": "cpu"}
+    ).managed
+    assert decide(job(owner=owner)).managed
+
+
+def test_minicluster_job_is_one_gang_named_after_the_minicluster() -> None:
+    owner = {
+        "apiVersion": "flux-framework.org/v1alpha2",
+        "kind": "MiniCluster",
+        "name": "lammps",
+        "controller": True,
+    }
+    mc_stamp = "2026-11-22T03:05:06.000000001Z/000000000007"
+    decision = decide(job(name="lammps", owner=owner), owner_stamp=mc_stamp)
+    assert decision.patch["metadata"]["annotations"]["muster.dev/submitted"] == mc_stamp
+    assert decision.patch["metadata"]["annotations"]["muster.dev/gang-kind"] == "MiniCluster"
+    assert decision.patch["spec"]["template"]["metadata"]["labels"]["muster.dev/gang"] == "lammps"
+
+
+def test_unknown_queue_is_accepted_with_a_warning() -> None:
+    decision = decide(job(labels={"muster.dev/queue": "nope"}))
+    assert decision.managed
+    assert decision.warnings == (
+        'queue "nope" does not exist yet; the job stays suspended until it does',
+    )
+    # Without knowledge of queues (CRD not installed) there is nothing to warn about.
+    assert decide(job(labels={"muster.dev/queue": "nope"}), known_queues=None).warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("abc", r"annotation muster.dev/min-members: 'abc' is not an integer"),
+        ("2.5", r"'2.5' is not an integer"),
+        (
+            "0",
+            r"0 is out of range; the gang has 4 members, so set it to a whole number from 1 to 4",
+        ),
+        ("5", r"5 is out of range"),
+        ("-1", r"-1 is out of range"),
+    ],
+)
+def test_bad_min_members_is_rejected(value: str, message: str) -> None:
+    with pytest.raises(AdmissionRejected, match=message):
+        decide(job(annotations={"muster.dev/min-members": value}))
+
+
+def test_min_members_label_is_checked_too() -> None:
+    with pytest.raises(AdmissionRejected, match=r"label muster.dev/min-members: 9 is out of range"):
+        decide(job(labels={"muster.dev/queue": "gpu", "muster.dev/min-members": "9"}))
+
+
+def test_bad_clog_timeout_is_rejected() -> None:
+    with pytest.raises(
+        AdmissionRejected, match=r"muster.dev/clog-timeout: 'soon' is not a duration"
+    ):
+        decide(job(annotations={"muster.dev/clog-timeout": "soon"}))
+    assert decide(job(annotations={"muster.dev/clog-timeout": "1h30m"})).managed
+
+
+def test_zero_size_gang_is_rejected() -> None:
+    with pytest.raises(AdmissionRejected, match=r"spec.parallelism: the gang has 0 members"):
+        decide(job(parallelism=0))
+    with pytest.raises(AdmissionRejected, match="0 members"):
+        decide(job(parallelism=3, completions=0))
+
+
+def test_gang_size_is_parallelism_or_smaller_completions() -> None:
+    assert job_gang_size({}) == 1
+    assert job_gang_size({"parallelism": 8}) == 8
+    assert job_gang_size({"parallelism": 8, "completions": 3}) == 3
+
+
+def minicluster(size: Any = 4, min_size: Any = None, labels: Any = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"size": size, "jobLabels": {"app": "lammps"}}
+    if min_size is not None:
+        spec["minSize"] = min_size
+    return {
+        "metadata": {
+            "name": "lammps",
+            "namespace": "team-a",
+            "labels": labels if labels is not None else {"muster.dev/queue": "gpu"},
+        },
+        "spec": spec,
+    }
+
+
+def decide_mc(body: dict[str, Any]) -> Any:
+    return decide_minicluster(
+        body,
+        namespace="team-a",
+        namespace_labels={},
+        known_queues={"gpu"},
+        settings=SETTINGS,
+        stamp=STAMP,
+    )
+
+
+def test_minicluster_gets_queue_and_minimum_in_job_labels() -> None:
+    decision = decide_mc(minicluster(size=8, min_size=6))
+    assert decision.patch["spec"]["jobLabels"] == {
+        "muster.dev/queue": "gpu",
+        "muster.dev/min-members": "6",
+    }
+    assert decision.patch["metadata"]["annotations"]["muster.dev/submitted"] == STAMP
+    assert (
+        decide_mc(minicluster(size=8)).patch["spec"]["jobLabels"]["muster.dev/min-members"] == "8"
+    )
+
+
+def test_bad_minicluster_sizes_are_rejected() -> None:
+    with pytest.raises(AdmissionRejected, match=r"spec\.size: the MiniCluster has 0 members"):
+        decide_mc(minicluster(size=0))
+    with pytest.raises(AdmissionRejected, match=r"spec.minSize: 9 is out of range"):
+        decide_mc(minicluster(size=8, min_size=9))
+
+
+def test_configuration_selects_only_what_muster_manages() -> None:
+    config = build_configuration(SETTINGS, url="https://127.0.0.1:9443", ca_bundle="Q0E=")
+    hooks = {h["name"]: h for h in config["webhooks"]}
+    labelled = hooks["jobs-labelled.muster.dev"]
+    assert labelled["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/muster-job-create",
+        "caBundle": "Q0E=",
+    }
+    assert labelled["failurePolicy"] == "Fail"
+    assert labelled["timeoutSeconds"] == 3
+    assert labelled["sideEffects"] == "None"
+    assert labelled["objectSelector"] == {
+        "matchExpressions": [{"key": "muster.dev/queue", "operator": "Exists"}]
+    }
+    excluded = labelled["namespaceSelector"]["matchExpressions"][0]
+    assert excluded["operator"] == "NotIn"
+    assert set(excluded["values"]) == {"kube-system", "muster-system"}
+    assert "minicluster-labelled.muster.dev" not in hooks
+    assert "miniclusters-labelled.muster.dev" in hooks
+    everything = build_configuration(
+        WebhookSettings(manage_jobs_without_queue_name=True), url="https://x"
+    )
+    assert all("objectSelector" not in h for h in everything["webhooks"])

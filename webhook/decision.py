@@ -1,0 +1,236 @@
+"""The admission decision for a created Job or MiniCluster, as a pure function of the request.
+
+No I/O here: the caller passes what it knows (namespace labels, known queues, the owner
+MiniCluster's stamp, a fresh submission stamp) and gets back a merge patch, warnings, or an
+`AdmissionRejected` with a message for the user. kopf's handler (`webhook.handlers`) does the
+I/O; tests call these functions with plain dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from policies.durations import DurationError, parse_duration
+
+QUEUE: Final = "muster.dev/queue"
+MIN_MEMBERS: Final = "muster.dev/min-members"
+CLOG_TIMEOUT: Final = "muster.dev/clog-timeout"
+SUBMITTED: Final = "muster.dev/submitted"
+GANG: Final = "muster.dev/gang"
+GANG_KIND: Final = "muster.dev/gang-kind"
+
+MINICLUSTER_GROUP: Final = "flux-framework.org"
+
+MergePatch = dict[str, Any]
+
+
+class AdmissionRejected(ValueError):
+    """The object is refused; the message says what is wrong, where, and what to do."""
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    """How the webhook decides which objects muster manages."""
+
+    manage_jobs_without_queue_name: bool = False
+    """Manage Jobs with no `muster.dev/queue` label too (in namespaces the webhook sees)."""
+    default_queue: str = "default"
+    """The queue for unlabelled Jobs when manage_jobs_without_queue_name is on."""
+    excluded_namespaces: frozenset[str] = field(
+        default_factory=lambda: frozenset({"kube-system", "muster-system"})
+    )
+    """Never touched (also excluded server-side by the webhook's namespaceSelector)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one created object. `patch` is empty when muster does not manage it."""
+
+    managed: bool
+    queue: str | None = None
+    patch: MergePatch = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+def resolve_queue(
+    labels: Mapping[str, str],
+    namespace: str,
+    namespace_labels: Mapping[str, str],
+    settings: WebhookSettings,
+    *,
+    owned: bool,
+) -> str | None:
+    """The queue a new object belongs to, or None when muster must leave it alone.
+
+    Owned objects (a Job made by another controller) are managed only when labelled, so muster
+    never fights another controller over a Job it did not create (as Kueue's ancestor check).
+    """
+    if namespace in settings.excluded_namespaces:
+        return None
+    if labels.get(QUEUE):
+        return labels[QUEUE]
+    if owned:
+        return None
+    if namespace_labels.get(QUEUE):
+        return namespace_labels[QUEUE]
+    if settings.manage_jobs_without_queue_name:
+        return settings.default_queue
+    return None
+
+
+def _int_field(value: object, where: str, fix: str) -> int:
+    if isinstance(value, bool):
+        raise AdmissionRejected(f"{where}: {value!r} is not an integer; {fix}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+    raise AdmissionRejected(f"{where}: {value!r} is not an integer; {fix}")
+
+
+def _check_min_members(value: object, size: int, where: str) -> int:
+    minimum = _int_field(value, where, f"set it to a whole number from 1 to {size}")
+    if minimum < 1 or minimum > size:
+        raise AdmissionRejected(
+            f"{where}: {minimum} is out of range; the gang has {size} members, "
+            f"so set it to a whole number from 1 to {size}"
+        )
+    return minimum
+
+
+def _check_clog_timeout(annotations: Mapping[str, str]) -> None:
+    if CLOG_TIMEOUT in annotations:
+        try:
+            parse_duration(annotations[CLOG_TIMEOUT], field=f"annotation {CLOG_TIMEOUT}")
+        except DurationError as exc:
+            raise AdmissionRejected(str(exc)) from None
+
+
+def _queue_warning(queue: str, known_queues: Collection[str] | None) -> tuple[str, ...]:
+    if known_queues is not None and queue not in known_queues:
+        return (f'queue "{queue}" does not exist yet; the job stays suspended until it does',)
+    return ()
+
+
+def job_gang_size(spec: Mapping[str, Any]) -> int:
+    """A Job's gang size: parallelism, or completions if smaller (both default to 1)."""
+    parallelism = spec.get("parallelism")
+    completions = spec.get("completions")
+    size = 1 if parallelism is None else int(parallelism)
+    if completions is not None:
+        size = min(size, int(completions))
+    return size
+
+
+def _controller_owner(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref  # type: ignore[no-any-return]
+    return None
+
+
+def is_minicluster_ref(ref: Mapping[str, Any] | None) -> bool:
+    return bool(
+        ref
+        and ref.get("kind") == "MiniCluster"
+        and str(ref.get("apiVersion", "")).split("/")[0] == MINICLUSTER_GROUP
+    )
+
+
+def decide_job(
+    job: Mapping[str, Any],
+    *,
+    namespace: str,
+    namespace_labels: Mapping[str, str],
+    known_queues: Collection[str] | None,
+    settings: WebhookSettings,
+    stamp: str,
+    owner_stamp: str | None = None,
+) -> Decision:
+    """Decide for a batch/v1 Job being created.
+
+    Managed Jobs are stored suspended, with `muster.dev/queue` and `muster.dev/submitted`
+    annotations and a `muster.dev/gang` label on the pod template. A Job made by a MiniCluster
+    (arrives labelled through the MiniCluster's jobLabels) keeps the MiniCluster's stamp.
+    """
+    meta = job.get("metadata") or {}
+    spec = job.get("spec") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    owner = _controller_owner(meta)
+    queue = resolve_queue(labels, namespace, namespace_labels, settings, owned=owner is not None)
+    if queue is None:
+        return Decision(managed=False)
+
+    size = job_gang_size(spec)
+    if size < 1:
+        raise AdmissionRejected(
+            "spec.parallelism: the gang has 0 members; muster admits whole gangs, so set "
+            "spec.parallelism (and spec.completions) to at least 1"
+        )
+    for source, values in (("annotation", annotations), ("label", labels)):
+        if MIN_MEMBERS in values:
+            _check_min_members(values[MIN_MEMBERS], size, f"{source} {MIN_MEMBERS}")
+    _check_clog_timeout(annotations)
+
+    name = meta.get("name") or ""
+    from_minicluster = is_minicluster_ref(owner)
+    gang = owner["name"] if from_minicluster and owner else name
+    new_annotations = {QUEUE: queue, SUBMITTED: owner_stamp or stamp}
+    if from_minicluster:
+        new_annotations[GANG_KIND] = "MiniCluster"
+    patch: MergePatch = {
+        "metadata": {"annotations": new_annotations, "labels": {QUEUE: queue}},
+        "spec": {"suspend": True},
+    }
+    if gang:
+        patch["spec"]["template"] = {"metadata": {"labels": {GANG: gang}}}
+    return Decision(True, queue, patch, _queue_warning(queue, known_queues))
+
+
+def decide_minicluster(
+    minicluster: Mapping[str, Any],
+    *,
+    namespace: str,
+    namespace_labels: Mapping[str, str],
+    known_queues: Collection[str] | None,
+    settings: WebhookSettings,
+    stamp: str,
+) -> Decision:
+    """Decide for a Flux Operator MiniCluster being created.
+
+    A MiniCluster has no suspend field; muster puts the queue and the gang minimum into
+    `spec.jobLabels`, so the Indexed Job the operator creates arrives labelled and is suspended
+    by `decide_job`. The gang is the MiniCluster: size = spec.size, min = spec.minSize.
+    """
+    meta = minicluster.get("metadata") or {}
+    spec = minicluster.get("spec") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    queue = resolve_queue(labels, namespace, namespace_labels, settings, owned=False)
+    if queue is None:
+        return Decision(managed=False)
+    size = _int_field(spec.get("size", 1), "spec.size", "set spec.size to the number of pods")
+    if size < 1:
+        raise AdmissionRejected(
+            "spec.size: the MiniCluster has 0 members; set spec.size to at least 1"
+        )
+    minimum = size
+    if spec.get("minSize") is not None:
+        minimum = _check_min_members(spec["minSize"], size, "spec.minSize")
+    if MIN_MEMBERS in annotations:
+        minimum = _check_min_members(annotations[MIN_MEMBERS], size, f"annotation {MIN_MEMBERS}")
+    _check_clog_timeout(annotations)
+    job_labels = {QUEUE: queue, MIN_MEMBERS: str(minimum)}
+    patch: MergePatch = {
+        "metadata": {
+            "annotations": {QUEUE: queue, SUBMITTED: stamp},
+            "labels": {QUEUE: queue},
+        },
+        "spec": {"jobLabels": job_labels},
+    }
+    return Decision(True, queue, patch, _queue_warning(queue, known_queues))
