@@ -13,13 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from policies.durations import DurationError, parse_duration
-
-QUEUE: Final = "muster.dev/queue"
-MIN_MEMBERS: Final = "muster.dev/min-members"
-CLOG_TIMEOUT: Final = "muster.dev/clog-timeout"
-SUBMITTED: Final = "muster.dev/submitted"
-GANG: Final = "muster.dev/gang"
-GANG_KIND: Final = "muster.dev/gang-kind"
+from policies.vocabulary import CLOG_TIMEOUT, GANG, GANG_KIND, MIN_MEMBERS, QUEUE, SUBMITTED
 
 MINICLUSTER_GROUP: Final = "flux-framework.org"
 

@@ -1,0 +1,30 @@
+"""The names users and components see on objects: labels and annotations under muster.dev/.
+
+One place for them, so the webhook that writes a name and the controller that reads it cannot
+drift apart. See DESIGN.md, "Interfaces users see".
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+QUEUE: Final = "muster.dev/queue"
+"""Label (set by users) naming the queue; also an annotation stamped by the webhook."""
+MIN_MEMBERS: Final = "muster.dev/min-members"
+"""Annotation or label: the gang's elastic minimum (default: its size)."""
+CLOG_TIMEOUT: Final = "muster.dev/clog-timeout"
+"""Annotation: per-gang clog timeout override (a duration)."""
+SUBMITTED: Final = "muster.dev/submitted"
+"""Annotation stamped by the webhook: the gang's place in the total submission order."""
+ADMITTED: Final = "muster.dev/admitted"
+"""Annotation written at admission (the PATCH that unsuspends)."""
+EVICTIONS: Final = "muster.dev/evictions"
+"""Annotation: how many times the gang was evicted."""
+STATE: Final = "muster.dev/state"
+"""Annotation: Failed once the backoff limit is reached."""
+GANG: Final = "muster.dev/gang"
+"""Pod-template label: the gang's name, so its pods can be listed with a selector."""
+GANG_KIND: Final = "muster.dev/gang-kind"
+"""Annotation on a Job that is part of a larger gang (MiniCluster)."""
+RUNTIME: Final = "muster.dev/runtime"
+"""Pod annotation read by kwok Stages in tests and simulation: how long a pod runs."""
