@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from webhook.decision import QUEUE, WebhookSettings
+from policies.vocabulary import QUEUE
+from webhook.decision import WebhookSettings
 
 NAME: Final = "muster.dev"
 JOB_PATH: Final = "muster-job-create"

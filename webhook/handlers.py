@@ -15,9 +15,9 @@ from typing import Any
 import kopf
 
 from policies.submitted import SubmissionClock
+from policies.vocabulary import SUBMITTED
 from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
 from webhook.decision import (
-    SUBMITTED,
     AdmissionRejected,
     Decision,
     WebhookSettings,
