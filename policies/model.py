@@ -1,0 +1,366 @@
+"""The model the planner decides over: nodes, gangs, queues and the cohort tree, snapshots.
+
+Everything here is immutable. A `Snapshot` is what one planning cycle sees; the controller builds
+it from its cache and the simulator from its in-memory cluster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import networkx as nx
+
+from policies.resources import Resources, format_quantity
+
+__all__ = [
+    "AdmittedGang",
+    "Backoff",
+    "Gang",
+    "Node",
+    "PolicyError",
+    "Queue",
+    "QueueTree",
+    "SizeRatio",
+    "Snapshot",
+    "SubmitStamp",
+    "Taint",
+    "Toleration",
+]
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+Strategy = Literal["BestEffortFIFO", "StrictFIFO"]
+SizeRatioAction = Literal["Serialize", "Reject"]
+
+
+class PolicyError(ValueError):
+    """An invalid queue, gang or snapshot; the message names the object and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: TaintEffect = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """Kubernetes semantics: empty key with ``Exists`` tolerates every taint; empty effect
+    matches every effect."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+def tolerated(taints: Iterable[Taint], tolerations: Sequence[Toleration]) -> bool:
+    """True if every taint that keeps pods off a node (NoSchedule, NoExecute) is tolerated."""
+    return all(
+        taint.effect == "PreferNoSchedule" or any(t.tolerates(taint) for t in tolerations)
+        for taint in taints
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node's allocatable capacity; ``used`` is held by pods muster does not manage."""
+
+    name: str
+    allocatable: Resources
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    used: Resources = field(default_factory=Resources)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SubmitStamp:
+    """When a gang was submitted. Ordered by (time, seq, name): a total order even for gangs
+    created in the same second by parallel submitters."""
+
+    time: float
+    seq: int = 0
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """The unit of admission: ``size`` identical pods admitted together (at least ``min``)."""
+
+    id: str  # "namespace/name", unique
+    queue: str
+    pod_requests: Resources
+    size: int
+    min_size: int | None = None  # None = size (not elastic)
+    priority: int = 0
+    submitted: SubmitStamp = SubmitStamp(0.0)
+    one_pod_per_node: bool = False
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    elastic_after: float = 0.0
+    kind: str = "Job"
+    # Within-queue order (priority first, then submission), precomputed for the planner's sort.
+    order_key: tuple[int, float, int, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.size, int) or self.size < 1:
+            raise PolicyError(f"gang {self.id}: size must be at least 1, got {self.size!r}")
+        if self.min_size is not None and not 1 <= self.min_size <= self.size:
+            raise PolicyError(
+                f"gang {self.id}: minSize {self.min_size} must be between 1 and size {self.size}"
+            )
+        if not math.isfinite(self.elastic_after) or self.elastic_after < 0:
+            raise PolicyError(
+                f"gang {self.id}: elasticAfter must be a non-negative number of seconds, "
+                f"got {self.elastic_after!r}"
+            )
+        stamp = self.submitted
+        object.__setattr__(self, "order_key", (-self.priority, stamp.time, stamp.seq, stamp.name))
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    @property
+    def min(self) -> int:
+        return self.size if self.min_size is None else self.min_size
+
+    @property
+    def elastic(self) -> bool:
+        return self.min < self.size
+
+    def demand(self, size: int) -> Resources:
+        return self.pod_requests.scale(size)
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Requeue backoff after an eviction: ``base * 2**(n-1)`` seconds, capped at ``max``;
+    after ``limit`` evictions the gang is failed."""
+
+    base: float = 10.0
+    max: float = 600.0
+    limit: int = 5
+
+    def delay(self, evictions: int) -> float:
+        """Seconds to wait before requeueing after the ``evictions``-th eviction (1-based)."""
+        if evictions <= 0:
+            return 0.0
+        return float(min(self.max, self.base * 2 ** min(evictions - 1, 62)))
+
+
+@dataclass(frozen=True, slots=True)
+class SizeRatio:
+    """A gang whose dominant demand exceeds ``ratio`` of the cluster is *big*: big gangs are
+    serialized (default) or rejected. 0.1 comes from the clogging study cited in DESIGN.md."""
+
+    ratio: float = 0.1
+    action: SizeRatioAction = "Serialize"
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A leaf queue takes gangs; a queue with children is a cohort sharing unused quota.
+
+    ``nominal`` None = no quota of its own. A resource is under quota in a tree when some queue
+    of the tree names it in ``nominal``; there a missing nominal amount is 0 (the queue can only
+    borrow). Resources no queue of the tree names are not limited. In ``borrowing_limit`` and
+    ``lending_limit`` a resource that is not named has no limit.
+    """
+
+    name: str
+    parent: str | None = None
+    weight: float = 1.0
+    nominal: Resources | None = None
+    borrowing_limit: Resources | None = None
+    lending_limit: Resources | None = None
+    strategy: Strategy = "BestEffortFIFO"
+    size_ratio: SizeRatio | None = SizeRatio()
+    clog_timeout: float = 300.0
+    backoff: Backoff = Backoff()
+    node_fit: bool = True
+
+
+class QueueTree:
+    """Validated queues and their cohort tree (a networkx DiGraph, edges parent -> child)."""
+
+    __slots__ = ("_children", "_leaves", "graph", "queues")
+
+    queues: Mapping[str, Queue]
+    graph: nx.DiGraph
+
+    def __init__(self, queues: Mapping[str, Queue], graph: nx.DiGraph) -> None:
+        self.queues = queues
+        self.graph = graph
+        self._children: dict[str, tuple[str, ...]] = {
+            name: tuple(sorted(graph.successors(name))) for name in queues
+        }
+        self._leaves = tuple(name for name in queues if not self._children[name])
+
+    @classmethod
+    def build(cls, queues: Iterable[Queue]) -> QueueTree:
+        """Validate and link queues. Raises PolicyError naming the queue and the field."""
+        by_name: dict[str, Queue] = {}
+        for queue in queues:
+            if not queue.name:
+                raise PolicyError("queue with an empty name: set metadata.name")
+            if queue.name in by_name:
+                raise PolicyError(
+                    f'queue "{queue.name}": duplicate name; queue names are cluster-wide unique'
+                )
+            _validate_queue(queue)
+            by_name[queue.name] = queue
+        graph = nx.DiGraph()
+        graph.add_nodes_from(by_name)
+        for queue in by_name.values():
+            if queue.parent is None:
+                continue
+            if queue.parent not in by_name:
+                known = ", ".join(sorted(by_name)) or "none"
+                raise PolicyError(
+                    f'queue "{queue.name}": spec.parent "{queue.parent}" not found; '
+                    f"create it or use one of: {known}"
+                )
+            graph.add_edge(queue.parent, queue.name)
+        try:
+            cycle = nx.find_cycle(graph)
+        except nx.NetworkXNoCycle:
+            cycle = None
+        if cycle:
+            names = [edge[0] for edge in cycle]
+            path = " -> ".join([*names, names[0]])
+            raise PolicyError(
+                f'queue "{min(names)}": spec.parent forms a cycle ({path}); '
+                "a cohort tree must have a root"
+            )
+        return cls(by_name, graph)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.queues
+
+    def __iter__(self) -> Iterator[Queue]:
+        return iter(self.queues.values())
+
+    def __len__(self) -> int:
+        return len(self.queues)
+
+    def __getitem__(self, name: str) -> Queue:
+        return self.queues[name]
+
+    def children(self, name: str) -> tuple[str, ...]:
+        return self._children[name]
+
+    def is_leaf(self, name: str) -> bool:
+        return name in self.queues and not self._children[name]
+
+    @property
+    def leaves(self) -> tuple[str, ...]:
+        return self._leaves
+
+    def ancestors(self, name: str) -> list[str]:
+        """The queue itself, then its parent, up to the root."""
+        path = [name]
+        parent = self.queues[name].parent
+        while parent is not None:
+            path.append(parent)
+            parent = self.queues[parent].parent
+        return path
+
+    def root(self, name: str) -> str:
+        return self.ancestors(name)[-1]
+
+
+def _validate_queue(queue: Queue) -> None:
+    where = f'queue "{queue.name}"'
+    if not (isinstance(queue.weight, int | float) and math.isfinite(queue.weight)) or (
+        queue.weight <= 0
+    ):
+        raise PolicyError(f"{where}: spec.weight must be a number > 0, got {queue.weight!r}")
+    if queue.parent == queue.name:
+        raise PolicyError(
+            f"{where}: spec.parent names the queue itself; a queue cannot be its own cohort"
+        )
+    nominal = queue.nominal or Resources()
+    for limit_name, limit in (
+        ("borrowingLimit", queue.borrowing_limit),
+        ("lendingLimit", queue.lending_limit),
+        ("nominal", queue.nominal),
+    ):
+        for resource, amount in (limit or Resources()).items():
+            if amount < 0:
+                raise PolicyError(
+                    f"{where}: spec.{limit_name}.{resource} is negative "
+                    f"({format_quantity(resource, amount)}); use a non-negative quantity"
+                )
+    for resource, amount in (queue.lending_limit or Resources()).items():
+        if amount > nominal[resource]:
+            raise PolicyError(
+                f"{where}: spec.lendingLimit.{resource} ({format_quantity(resource, amount)}) "
+                f"exceeds spec.nominal.{resource} "
+                f"({format_quantity(resource, nominal[resource])}); "
+                "a queue can lend at most its nominal quota"
+            )
+    ratio = queue.size_ratio
+    if ratio is not None and not (math.isfinite(ratio.ratio) and 0 < ratio.ratio <= 1):
+        raise PolicyError(f"{where}: spec.sizeRatio.ratio must be in (0, 1], got {ratio.ratio!r}")
+    if ratio is not None and ratio.action not in ("Serialize", "Reject"):
+        raise PolicyError(
+            f"{where}: spec.sizeRatio.action must be Serialize or Reject, got {ratio.action!r}"
+        )
+    if queue.strategy not in ("BestEffortFIFO", "StrictFIFO"):
+        raise PolicyError(
+            f"{where}: spec.strategy must be BestEffortFIFO or StrictFIFO, got {queue.strategy!r}"
+        )
+    if not (math.isfinite(queue.clog_timeout) and queue.clog_timeout > 0):
+        raise PolicyError(
+            f"{where}: spec.clogTimeout must be a number of seconds > 0, got {queue.clog_timeout!r}"
+        )
+    backoff = queue.backoff
+    if not (0 < backoff.base <= backoff.max) or backoff.limit < 0:
+        raise PolicyError(
+            f"{where}: spec.backoff needs 0 < base <= max and limit >= 0, got base={backoff.base}, "
+            f"max={backoff.max}, limit={backoff.limit}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AdmittedGang:
+    """A gang admitted earlier: its quota usage is ``gang.demand(size)``, its node usage the
+    placement. ``running`` = it has reached ``min`` ready pods."""
+
+    gang: Gang
+    size: int
+    placement: Mapping[str, int]  # node name -> pods
+    admitted_at: float
+    running: bool = False
+
+    def __hash__(self) -> int:
+        return hash(self.gang.id)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What one planning cycle sees. Never mutated; the planner works on private copies."""
+
+    nodes: Sequence[Node]
+    queues: QueueTree
+    admitted: Sequence[AdmittedGang]
+    pending: Sequence[Gang]
+    now: float
+
+    def __hash__(self) -> int:
+        return id(self)

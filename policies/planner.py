@@ -1,0 +1,549 @@
+"""The planner: which pending gangs to admit now, where their pods go, and why the rest wait.
+
+``plan(snapshot, policy)`` is pure: it reads the snapshot, works on private copies of free node
+capacity and quota usage, and returns `Decisions`. One call admits as many gangs as fit.
+
+A plan, top to bottom:
+
+1. Index resources, apply gangs admitted earlier to free node capacity and to quota usage.
+2. Screen every pending gang once: its queue exists and is a leaf; it could ever fit the
+   cluster and its queue's quota (else NeverFits); it is not above its queue's size ratio
+   with ``action: Reject``.
+3. Order each leaf queue's gangs by priority, then submission.
+4. Size ratio: find the gang a big gang waits behind, if any, and the oldest big gang, which
+   holds a reservation so younger gangs do not take the space it needs.
+5. Take queue heads from a heap ordered by the policy (DRF: lowest weighted dominant share
+   including the head). For each head: size ratio, quota, node fit, elastic sizing; admit it
+   and account its quota and placement, or record why not. A head that does not fit is skipped
+   or blocks its queue (StrictFIFO) or everything (``strict-fifo``), as the policy says.
+6. Every gang still queued gets a reason.
+
+Within a plan, free capacity and quota headroom only shrink, so a gang passed over earlier in
+the plan would not fit later in the same plan: every gang is considered exactly once.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+
+from policies import reasons
+from policies.decisions import Admission, Decisions, Reason
+from policies.fit import UNLIMITED, Cluster, FitClass
+from policies.model import Gang, Queue, Snapshot, SubmitStamp
+from policies.quota import INF, QuotaState
+from policies.resources import Resources
+from policies.strategies import AdmissionPolicy, get_policy
+
+__all__ = ["plan"]
+
+
+def plan(snapshot: Snapshot, policy: str | AdmissionPolicy = "drf") -> Decisions:
+    """Decide which pending gangs of ``snapshot`` to admit now; see the module docstring."""
+    chosen = get_policy(policy) if isinstance(policy, str) else policy
+    return _Plan(snapshot, chosen).run()
+
+
+# A screened pending gang: the gang, its fit class, whether it is above its size ratio.
+_Entry = tuple[Gang, FitClass, bool]
+
+
+class _Plan:
+    """The working state of one plan. Not reusable."""
+
+    def __init__(self, snapshot: Snapshot, policy: AdmissionPolicy) -> None:
+        self.snapshot = snapshot
+        self.policy = policy
+        self.tree = snapshot.queues
+        self.now = snapshot.now
+        self.decisions = Decisions()
+
+        # 1. Resources, free node capacity, quota usage.
+        self.vectors: dict[Resources, tuple[int, ...]] = {}
+        self.names = self._resource_names()
+        self.index = {name: i for i, name in enumerate(self.names)}
+        held: dict[str, list[int]] = {}
+        admitted_usage: list[tuple[str, tuple[int, ...], int]] = []
+        for admitted in snapshot.admitted:
+            vector = self._vector(admitted.gang.pod_requests)
+            admitted_usage.append((admitted.gang.queue, vector, admitted.size))
+            for node, pods in admitted.placement.items():
+                taken = held.setdefault(node, [0] * len(self.names))
+                for i, amount in enumerate(vector):
+                    taken[i] += amount * pods
+        self.cluster = Cluster(snapshot.nodes, self.names, held)
+        self.quota = QuotaState(self.tree, self.names)
+        for queue, vector, size in admitted_usage:
+            if queue in self.tree:
+                self.quota.add(queue, [amount * size for amount in vector])
+        capacity = self.cluster.capacity
+        self.inverse_capacity = [(i, 1.0 / c) for i, c in enumerate(capacity) if c > 0]
+
+        self.classes: dict[tuple[object, ...], FitClass] = {}
+        self.restricted: dict[int, FitClass] = {}  # id(fit class) -> variant minus reserved groups
+        self.dominant: dict[int, tuple[float, int]] = {}  # id(fit class) -> (share per pod, i)
+        self.potential: dict[str, list[float]] = {}
+        # Many waiting gangs of a queue share a message; build each once.
+        self.quota_reasons: dict[tuple[str, int, float, float], Reason] = {}
+
+        # Size ratio state.
+        self.blocker: str | None = None  # a big gang admitted and not yet running
+        self.holder: Gang | None = None  # the oldest big gang: younger gangs keep off its nodes
+        self.reserved: frozenset[int] = frozenset()  # node indices
+
+    # --- setup ---------------------------------------------------------------------------
+
+    def _resource_names(self) -> list[str]:
+        snapshot = self.snapshot
+        seen: dict[str, None] = {}
+        for node in snapshot.nodes:
+            seen.update(dict.fromkeys(node.allocatable))
+        requests: dict[Resources, None] = {}
+        for gang in snapshot.pending:
+            requests[gang.pod_requests] = None
+        for admitted in snapshot.admitted:
+            requests[admitted.gang.pod_requests] = None
+        for request in requests:
+            seen.update(dict.fromkeys(request))
+        for queue in self.tree:
+            seen.update(dict.fromkeys(queue.nominal or ()))
+        names = sorted(seen)
+        self._pods = "pods" in seen
+        return names
+
+    def _vector(self, request: Resources) -> tuple[int, ...]:
+        """Per-pod request over the plan's resources; every pod takes one of a node's pods."""
+        vector = self.vectors.get(request)
+        if vector is None:
+            values = [request[name] for name in self.names]
+            if self._pods:
+                pods = self.index["pods"]
+                values[pods] = max(values[pods], 1)
+            vector = self.vectors[request] = tuple(values)
+        return vector
+
+    def _fit_class(self, gang: Gang) -> FitClass:
+        selector = gang.node_selector
+        tolerations = gang.tolerations
+        if selector:
+            key: tuple[object, ...] = (
+                gang.pod_requests,
+                gang.one_pod_per_node,
+                tuple(sorted(selector.items())),
+                tolerations,
+            )
+        else:
+            key = (gang.pod_requests, gang.one_pod_per_node, tolerations)
+        fit = self.classes.get(key)
+        if fit is None:
+            request = self._vector(gang.pod_requests)
+            fit = FitClass(
+                request=request,
+                nonzero=tuple(i for i, amount in enumerate(request) if amount > 0),
+                one_pod_per_node=gang.one_pod_per_node,
+                nodes=self.cluster.eligible(selector, tolerations),
+                restricted=bool(selector) or bool(tolerations),
+            )
+            self.classes[key] = fit
+            best, limiting = 0.0, 0
+            for i, inverse in self.inverse_capacity:
+                share = request[i] * inverse
+                if share > best:
+                    best, limiting = share, i
+            for i in fit.nonzero:
+                if self.cluster.capacity[i] == 0:
+                    best, limiting = INF, i
+            self.dominant[id(fit)] = (best, limiting)
+        return fit
+
+    def _restricted(self, fit: FitClass) -> FitClass:
+        """``fit`` without the reserved node groups (for gangs younger than the holder)."""
+        variant = self.restricted.get(id(fit))
+        if variant is None:
+            variant = FitClass(
+                request=fit.request,
+                nonzero=fit.nonzero,
+                one_pod_per_node=fit.one_pod_per_node,
+                nodes=[n for n in fit.nodes if n not in self.reserved],
+                restricted=fit.restricted,
+            )
+            self.restricted[id(fit)] = variant
+        return variant
+
+    # --- the plan ------------------------------------------------------------------------
+
+    def run(self) -> Decisions:
+        queued = self._screen()  # 2.
+        for entries in queued.values():  # 3.
+            entries.sort(key=_order)
+        self._size_ratio_state(queued)  # 4.
+        self._admit(queued)  # 5. and 6.
+        return self.decisions
+
+    def _screen(self) -> dict[str, list[_Entry]]:
+        """Step 2: reasons for gangs that can never be admitted; the rest grouped by queue."""
+        tree = self.tree
+        pending = self.decisions.pending
+        rejected = self.decisions.rejected
+        queued: dict[str, list[_Entry]] = {}
+        # (queue, fit class) -> (most pods ever admissible, pods above which a gang is big)
+        limits: dict[tuple[str, int], tuple[int, float]] = {}
+        fit_class = self._fit_class
+        for gang in self.snapshot.pending:
+            leaf = gang.queue
+            entries = queued.get(leaf)
+            if entries is None:
+                if not tree.is_leaf(leaf):
+                    pending[gang.id] = self._queue_not_found(leaf)
+                    continue
+                entries = queued[leaf] = []
+            fit = fit_class(gang)
+            key = (leaf, id(fit))
+            limit = limits.get(key)
+            if limit is None:
+                limit = limits[key] = self._limits(tree.queues[leaf], fit)
+            most, big_above = limit
+            minimum = gang.size if gang.min_size is None else gang.min_size
+            if minimum > most:
+                rejected[gang.id] = self._never_fits(gang, fit, minimum)
+            elif gang.size > big_above:
+                ratio = tree.queues[leaf].size_ratio
+                assert ratio is not None
+                if ratio.action == "Reject":
+                    per_pod, limiting = self.dominant[id(fit)]
+                    rejected[gang.id] = reasons.size_ratio_rejected(
+                        leaf, self.names[limiting], per_pod * gang.size, ratio.ratio
+                    )
+                else:
+                    entries.append((gang, fit, True))
+            else:
+                entries.append((gang, fit, False))
+        return {leaf: entries for leaf, entries in queued.items() if entries}
+
+    def _limits(self, queue: Queue, fit: FitClass) -> tuple[int, float]:
+        """For gangs of ``fit`` in ``queue``: the most pods the empty cluster and the queue's
+        largest possible quota hold, and the size above which a gang is big."""
+        most = self.cluster.empty_room(fit) if queue.node_fit else UNLIMITED
+        potential = self.potential.get(queue.name)
+        if potential is None:
+            potential = self.potential[queue.name] = self.quota.potential(queue.name)
+        for i in fit.nonzero:
+            if potential[i] != INF:
+                most = min(most, int(potential[i] // fit.request[i]))
+        big_above = INF
+        if queue.size_ratio is not None:
+            per_pod = self.dominant[id(fit)][0]
+            if per_pod > 0:
+                big_above = queue.size_ratio.ratio / per_pod
+        return most, big_above
+
+    def _never_fits(self, gang: Gang, fit: FitClass, minimum: int) -> Reason:
+        queue = self.tree.queues[gang.queue]
+        if queue.node_fit:
+            room = self.cluster.empty_room(fit)
+            if minimum > room:
+                return reasons.never_fits_nodes(
+                    minimum, gang.pod_requests, fit.one_pod_per_node, room, fit.restricted
+                )
+        potential = self.potential[gang.queue]
+        for i in fit.nonzero:
+            if fit.request[i] * minimum > potential[i]:
+                return reasons.never_fits_quota(
+                    gang.queue, self.names[i], fit.request[i] * minimum, potential[i]
+                )
+        raise AssertionError(f"{gang.id}: never-fits without a limit")  # pragma: no cover
+
+    def _queue_not_found(self, name: str) -> Reason:
+        tree = self.tree
+        if name in tree:
+            below = [leaf for leaf in tree.leaves if name in self.quota.path[leaf][1:]]
+            return reasons.queue_not_found(name, below, cohort=True)
+        return reasons.queue_not_found(name, tree.leaves, cohort=False)
+
+    def _size_ratio_state(self, queued: Mapping[str, Sequence[_Entry]]) -> None:
+        """Step 4: who big gangs are serialized behind; which big gang holds a reservation."""
+        tree = self.tree
+        waiting: list[tuple[float, str]] = []
+        for admitted in self.snapshot.admitted:
+            queue = tree.queues.get(admitted.gang.queue)
+            if admitted.running or queue is None or queue.size_ratio is None:
+                continue
+            request = self._vector(admitted.gang.pod_requests)
+            share = max((request[i] * inv for i, inv in self.inverse_capacity), default=0.0)
+            if share * admitted.size > queue.size_ratio.ratio:
+                waiting.append((admitted.admitted_at, admitted.gang.id))
+        if waiting:
+            self.blocker = min(waiting)[1]
+            return
+        oldest: tuple[SubmitStamp, Gang, FitClass] | None = None
+        for entries in queued.values():
+            for gang, fit, big in entries:
+                if big and (oldest is None or gang.submitted < oldest[0]):
+                    oldest = (gang.submitted, gang, fit)
+        if oldest is None:
+            return
+        _, gang, fit = oldest
+        if not tree.queues[gang.queue].node_fit:
+            return
+        floor = gang.min if self._elastic_now(gang) else gang.size
+        if self._quota_room(gang.queue, fit, floor)[0] < floor:
+            return  # held back by its queue's quota, not by nodes: reserve nothing
+        # Whatever free capacity the holder may use, it needs (it needs at least all of it,
+        # or it fits now and must not lose it to younger gangs planned before it).
+        self.holder = gang
+        self.reserved = frozenset(fit.nodes)
+
+    def _elastic_now(self, gang: Gang) -> bool:
+        return gang.min < gang.size and self.now - gang.submitted.time >= gang.elastic_after
+
+    def _quota_room(self, leaf: str, fit: FitClass, pods: int) -> tuple[int, int, list[float]]:
+        """(pods of ``fit`` the queue's quota admits, capped at ``pods``; limiting resource;
+        available quota)."""
+        available = self.quota.available(leaf)
+        request = fit.request
+        most = pods
+        limiting = -1
+        for i in fit.nonzero:
+            left = available[i]
+            if left != INF:
+                count = int(left // request[i])
+                if count < most:
+                    most, limiting = count, i
+        return most, limiting, available
+
+    def _admit(self, queued: dict[str, list[_Entry]]) -> None:
+        """Steps 5 and 6: progressive filling over queue heads in the policy's order.
+
+        A gang that cannot be admitted now cannot be admitted later in this plan (capacity only
+        shrinks), and passing it over changes nothing. So, unless the policy lets one head
+        block every queue, each queue's head is the first gang that is admissible when the
+        queue is scanned; the gangs passed over on the way get their reasons at once and never
+        enter the heap. A head is checked again when it comes off the heap, since admissions
+        made in between may have taken what it needed.
+        """
+        head_key = self.policy.head_key
+        queues = self.tree.queues
+        if any(self.policy.blocking(queues[leaf]) == "all" for leaf in queued):
+            self._admit_eagerly(queued)
+            return
+        consider = self._consider
+        share = self._share
+        position: dict[str, int] = {}
+        heap: list[tuple[tuple[float | int | str, ...], str]] = []
+
+        def push_next(leaf: str, at: int) -> None:
+            entries = queued[leaf]
+            at = self._scan(entries, at, queues[leaf])
+            if at < len(entries):
+                position[leaf] = at
+                gang, fit, _ = entries[at]
+                heapq.heappush(heap, (head_key(gang, queues[leaf], share(leaf, gang, fit)), leaf))
+
+        for leaf in queued:
+            push_next(leaf, 0)
+        pending = self.decisions.pending
+        while heap:
+            _, leaf = heapq.heappop(heap)
+            entries = queued[leaf]
+            at = position[leaf]
+            gang, fit, big = entries[at]
+            queue = queues[leaf]
+            reason = consider(gang, fit, big, queue, True)
+            if reason is not None:
+                pending[gang.id] = reason
+                if self.policy.blocking(queue) == "queue":
+                    self._block(entries, at + 1, gang)
+                    continue
+            push_next(leaf, at + 1)
+
+    def _scan(self, entries: list[_Entry], at: int, queue: Queue) -> int:
+        """The index of the first gang from ``at`` on that could be admitted now; records why
+        the ones before it cannot."""
+        pending = self.decisions.pending
+        consider = self._consider
+        strict = self.policy.blocking(queue) == "queue"
+        leaf = queue.name
+        now = self.now
+        # Nothing is admitted during a scan, so the queue's quota headroom is fixed: most gangs
+        # of a queue that used its quota are turned down here without the full check.
+        available = self.quota.available(leaf)
+        end = len(entries)
+        while at < end:
+            gang, fit, big = entries[at]
+            size = gang.size
+            floor = size
+            if gang.min_size is not None and now - gang.submitted.time >= gang.elastic_after:
+                floor = gang.min_size
+            request = fit.request
+            short = False
+            for i in fit.nonzero:
+                if available[i] < request[i] * floor:
+                    short = True
+                    break
+            # Short even at its smallest allowed size, and not an elastic gang that could shrink
+            # later (those get ElasticWaiting from the full check).
+            if short and (floor < size or gang.min_size is None or gang.min_size >= size):
+                reason = self._quota_reason(leaf, fit, floor, available)
+            else:
+                checked = consider(gang, fit, big, queue, False)
+                if checked is None:
+                    return at
+                reason = checked
+            pending[gang.id] = reason
+            if strict:
+                self._block(entries, at + 1, gang)
+                return end
+            at += 1
+        return end
+
+    def _block(self, entries: list[_Entry], at: int, head: Gang) -> None:
+        blocked = reasons.strict_fifo_blocked(head.id)
+        pending = self.decisions.pending
+        for later, _, _ in entries[at:]:
+            pending[later.id] = blocked
+
+    def _admit_eagerly(self, queued: dict[str, list[_Entry]]) -> None:
+        """Steps 5 and 6 for policies where one head may block every queue: every head takes
+        its turn in key order, admissible or not."""
+        head_key = self.policy.head_key
+        blocking_of = self.policy.blocking
+        queues = self.tree.queues
+        pending = self.decisions.pending
+        share = self._share
+        position = dict.fromkeys(queued, 0)
+        heap: list[tuple[tuple[float | int | str, ...], str]] = []
+        for leaf, entries in queued.items():
+            gang, fit, _ = entries[0]
+            heap.append((head_key(gang, queues[leaf], share(leaf, gang, fit)), leaf))
+        heapq.heapify(heap)
+        while heap:
+            _, leaf = heapq.heappop(heap)
+            entries = queued[leaf]
+            at = position[leaf]
+            gang, fit, big = entries[at]
+            queue = queues[leaf]
+            reason = self._consider(gang, fit, big, queue, True)
+            at += 1
+            if reason is not None:
+                pending[gang.id] = reason
+                blocking = blocking_of(queue)
+                if blocking == "all":
+                    blocked = reasons.strict_fifo_blocked(gang.id)
+                    position[leaf] = at
+                    for name in sorted(position):
+                        for later, _, _ in queued[name][position[name] :]:
+                            pending[later.id] = blocked
+                    return
+                if blocking == "queue":
+                    self._block(entries, at, gang)
+                    at = len(entries)
+            if at < len(entries):
+                position[leaf] = at
+                gang, fit, _ = entries[at]
+                heapq.heappush(heap, (head_key(gang, queue, share(leaf, gang, fit)), leaf))
+            else:
+                del position[leaf]
+
+    def _share(self, leaf: str, gang: Gang, fit: FitClass) -> float:
+        """The queue's weighted dominant share if ``gang`` were admitted at full size."""
+        usage = self.quota.usage[leaf]
+        request = fit.request
+        size = gang.size
+        best = 0.0
+        for i, inverse in self.inverse_capacity:
+            share = (usage[i] + request[i] * size) * inverse
+            if share > best:
+                best = share
+        return best / self.tree.queues[leaf].weight
+
+    def _consider(
+        self, gang: Gang, fit: FitClass, big: bool, queue: Queue, admit: bool
+    ) -> Reason | None:
+        """None if ``gang`` can be admitted now (and, if ``admit``, admit it); else why not."""
+        if big and self.blocker is not None:
+            return reasons.size_ratio_serialized(self.blocker)
+        leaf = queue.name
+        size = gang.size
+        minimum = size if gang.min_size is None else gang.min_size
+        elastic_now = minimum < size and self.now - gang.submitted.time >= gang.elastic_after
+        floor = minimum if elastic_now else size
+
+        # Quota: how many pods the queue may still take.
+        available = self.quota.available(leaf)
+        request = fit.request
+        most = size
+        for i in fit.nonzero:
+            left = available[i]
+            if left < request[i] * most:
+                most = int(left // request[i])
+        if most < floor:
+            if minimum < size and not elastic_now and most >= minimum:
+                fits = min(most, self.cluster.room(fit)) if queue.node_fit else most
+                if fits >= minimum:
+                    return self._elastic_waiting(gang, fits)
+            return self._quota_reason(leaf, fit, floor, available)
+
+        # Nodes: place the pods, at least ``floor`` of them.
+        if not queue.node_fit:
+            if admit:
+                self._record(gang, fit, big, leaf, most, {})
+            return None
+        usable = fit
+        holder = self.holder
+        if holder is not None and gang is not holder and holder.submitted < gang.submitted:
+            usable = self._restricted(fit)
+        if admit:
+            placement = self.cluster.place(usable, most, floor)
+        elif self.cluster.fits(usable, floor):
+            return None
+        else:
+            placement = None
+        if placement is None:
+            room = self.cluster.room(usable)
+            if usable is not fit and self.cluster.room(fit) >= floor:
+                assert holder is not None
+                return reasons.reserved_for_older(holder.id)
+            if minimum < size and not elastic_now and room >= minimum:
+                return self._elastic_waiting(gang, room)
+            return reasons.no_fit(
+                floor, gang.pod_requests, fit.one_pod_per_node, room, fit.restricted
+            )
+        self._record(gang, fit, big, leaf, sum(placement.values()), placement)
+        return None
+
+    def _quota_reason(
+        self, leaf: str, fit: FitClass, pods: int, available: Sequence[float]
+    ) -> Reason:
+        """QuotaExhausted for the first resource the queue lacks for ``pods`` pods of ``fit``."""
+        request = fit.request
+        for i in fit.nonzero:
+            if available[i] < request[i] * pods:
+                key = (leaf, i, request[i] * pods, available[i])
+                reason = self.quota_reasons.get(key)
+                if reason is None:
+                    reason = self.quota_reasons[key] = reasons.quota_exhausted(
+                        leaf, self.names[i], key[2], key[3]
+                    )
+                return reason
+        raise AssertionError(f"queue {leaf}: quota suffices for {pods} pods")  # pragma: no cover
+
+    def _elastic_waiting(self, gang: Gang, fits: int) -> Reason:
+        waited = self.now - gang.submitted.time
+        return reasons.elastic_waiting(
+            gang.size, fits, gang.min, gang.elastic_after, gang.elastic_after - waited
+        )
+
+    def _record(
+        self, gang: Gang, fit: FitClass, big: bool, leaf: str, size: int, placement: dict[str, int]
+    ) -> None:
+        self.quota.add(leaf, [amount * size for amount in fit.request])
+        self.decisions.admitted.append(Admission(gang.id, leaf, size, placement))
+        if big:
+            self.blocker = gang.id
+        if gang is self.holder:
+            # Placed: younger gangs may use what is left.
+            self.holder = None
+
+
+def _order(entry: _Entry) -> tuple[int, float, int, str]:
+    return entry[0].order_key

@@ -1,0 +1,155 @@
+"""Hierarchical quota: nominal, borrowing and lending over the cohort tree.
+
+The rules follow Kueue's hierarchical cohorts (facts from its docs and resource_node.go; the code
+is ours). Per queue q and quota-governed resource r:
+
+- ``subtree(q)`` = nominal(q) + sum over children c of (subtree(c) - guaranteed(c)): what q's
+  subtree brings to the tree.
+- ``guaranteed(q)`` = subtree(q) - lendingLimit(q), floored at 0, when q has a lending limit for
+  r, else 0. This part is never lent: siblings cannot use it even when q is idle.
+- ``usage(leaf)`` = demand of its admitted gangs; ``usage(cohort)`` = sum over children of the
+  part of their usage above their guaranteed quota (what they draw from the cohort).
+- ``available(root)`` = subtree - usage; ``available(q)`` = max(0, guaranteed - usage) +
+  min(available(parent), subtree - guaranteed - max(0, usage - guaranteed) + borrowingLimit):
+  a queue can hold at most subtree + borrowingLimit.
+
+Resources that no queue of a tree names in ``nominal`` are not limited in that tree. All vectors
+are lists indexed like the planner's resource names; amounts are ints, "unlimited" is ``inf``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import networkx as nx
+
+from policies.model import QueueTree
+
+__all__ = ["INF", "QuotaState"]
+
+INF = math.inf
+
+
+class QuotaState:
+    """Mutable quota accounting for one plan: admitting a gang adds its demand to its leaf queue
+    and rolls the part above each level's guaranteed quota up the tree."""
+
+    __slots__ = (
+        "_available_cache",
+        "borrowing",
+        "governed",
+        "guaranteed",
+        "path",
+        "subtree",
+        "usage",
+        "version",
+    )
+
+    def __init__(self, tree: QueueTree, names: Sequence[str]) -> None:
+        width = len(names)
+        # governed[root] = indices of resources some queue of that tree names in nominal.
+        self.governed: dict[str, list[int]] = {}
+        self.path: dict[str, list[str]] = {}  # queue -> [queue, parent, ..., root]
+        self.subtree: dict[str, list[float]] = {}
+        self.guaranteed: dict[str, list[float]] = {}
+        self.borrowing: dict[str, list[float]] = {}
+        self.usage: dict[str, list[float]] = {}
+        self.version: dict[str, int] = {}  # per root: bumped when any usage in the tree changes
+        self._available_cache: dict[str, tuple[int, list[float]]] = {}
+
+        for name in tree.queues:
+            self.path[name] = tree.ancestors(name)
+        named: dict[str, set[str]] = {}
+        for queue in tree:
+            root = self.path[queue.name][-1]
+            named.setdefault(root, set()).update(queue.nominal or ())
+        for root in named:
+            self.governed[root] = [i for i, r in enumerate(names) if r in named[root]]
+            self.version[root] = 0
+
+        # Children before parents, so subtree quotas can be summed bottom-up.
+        for name in reversed(list(nx.topological_sort(tree.graph))):
+            queue = tree[name]
+            nominal = queue.nominal
+            lending = queue.lending_limit
+            borrowing = queue.borrowing_limit
+            subtree = [float(nominal[r]) if nominal is not None else 0.0 for r in names]
+            for child in tree.children(name):
+                child_subtree = self.subtree[child]
+                child_guaranteed = self.guaranteed[child]
+                for i in range(width):
+                    subtree[i] += child_subtree[i] - child_guaranteed[i]
+            self.subtree[name] = subtree
+            self.guaranteed[name] = [
+                max(0.0, subtree[i] - lending[r]) if lending is not None and r in lending else 0.0
+                for i, r in enumerate(names)
+            ]
+            self.borrowing[name] = [
+                float(borrowing[r]) if borrowing is not None and r in borrowing else INF
+                for r in names
+            ]
+            self.usage[name] = [0.0] * width
+
+    def add(self, queue: str, demand: Sequence[int]) -> None:
+        """Account ``demand`` to ``queue`` and roll the borrowed part up to the root."""
+        path = self.path[queue]
+        root = path[-1]
+        for i, amount in enumerate(demand):
+            if not amount:
+                continue
+            delta: float = amount
+            for name in path:
+                usage = self.usage[name]
+                before = usage[i]
+                after = before + delta
+                usage[i] = after
+                guaranteed = self.guaranteed[name][i]
+                # What this level draws from its parent changes by the part above guaranteed.
+                above_after = after - guaranteed if after > guaranteed else 0.0
+                above_before = before - guaranteed if before > guaranteed else 0.0
+                delta = above_after - above_before
+                if not delta:
+                    break
+        self.version[root] = self.version.get(root, 0) + 1
+
+    def available(self, queue: str) -> list[float]:
+        """What ``queue`` can still take, per resource (``inf`` where not limited)."""
+        path = self.path[queue]
+        root = path[-1]
+        version = self.version.get(root, 0)
+        cached = self._available_cache.get(queue)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        width = len(self.usage[queue])
+        result = [INF] * width
+        top_down = path[::-1]
+        for i in self.governed.get(root, ()):
+            left = self.subtree[root][i] - self.usage[root][i]
+            for name in top_down[1:]:
+                guaranteed = self.guaranteed[name][i]
+                usage = self.usage[name][i]
+                limit = self.borrowing[name][i]
+                if limit != INF:
+                    in_parent = self.subtree[name][i] - guaranteed
+                    used_in_parent = max(0.0, usage - guaranteed)
+                    left = min(left, in_parent - used_in_parent + limit)
+                left = max(0.0, guaranteed - usage) + left
+            result[i] = left
+        self._available_cache[queue] = (version, result)
+        return result
+
+    def potential(self, queue: str) -> list[float]:
+        """The most ``queue`` could ever hold with the whole tree idle (for NeverFits)."""
+        path = self.path[queue]
+        root = path[-1]
+        result = [INF] * len(self.usage[queue])
+        for i in self.governed.get(root, ()):
+            most = self.subtree[root][i]
+            for name in reversed(path[:-1]):
+                most = self.guaranteed[name][i] + most
+                limit = self.borrowing[name][i]
+                if limit != INF:
+                    most = min(most, self.subtree[name][i] + limit)
+            result[i] = most
+        return result

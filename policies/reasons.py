@@ -1,0 +1,127 @@
+"""The messages `muster explain` prints for gangs that were not admitted.
+
+One function per reason code, so the wording lives in one place and tests can pin it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from policies.decisions import Reason
+from policies.resources import Resources, format_quantity
+
+__all__ = [
+    "elastic_waiting",
+    "never_fits_nodes",
+    "never_fits_quota",
+    "no_fit",
+    "queue_not_found",
+    "quota_exhausted",
+    "reserved_for_older",
+    "size_ratio_rejected",
+    "size_ratio_serialized",
+    "strict_fifo_blocked",
+]
+
+_RESTRICTED = " matching its node selector and tolerations"
+
+
+def _amount(resource: str, amount: float) -> str:
+    return format_quantity(resource, int(max(amount, 0)))
+
+
+def quota_exhausted(queue: str, resource: str, needs: float, available: float) -> Reason:
+    return Reason(
+        "QuotaExhausted",
+        f"quota of queue {queue} exhausted in {resource}: needs {_amount(resource, needs)}, "
+        f"{_amount(resource, available)} available",
+    )
+
+
+def no_fit(
+    pods: int, pod_requests: Resources, one_pod_per_node: bool, room: int, restricted: bool
+) -> Reason:
+    where = _RESTRICTED if restricted else ""
+    if one_pod_per_node:
+        message = (
+            f"does not fit nodes: needs {pods} nodes{where} with {pod_requests.describe()} free, "
+            f"{room} available"
+        )
+    else:
+        message = (
+            f"does not fit nodes: needs {pods} pods of {pod_requests.describe()}, free capacity"
+            f"{' on nodes' + where if restricted else ''} holds {room}"
+        )
+    return Reason("NoFit", message)
+
+
+def never_fits_nodes(
+    pods: int, pod_requests: Resources, one_pod_per_node: bool, room: int, restricted: bool
+) -> Reason:
+    where = _RESTRICTED if restricted else ""
+    if one_pod_per_node:
+        message = (
+            f"never fits: needs {pods} nodes{where} with {pod_requests.describe()} allocatable, "
+            f"the cluster has {room}"
+        )
+    else:
+        message = (
+            f"never fits: needs {pods} pods of {pod_requests.describe()}, the whole cluster"
+            f"{' (nodes' + where + ')' if restricted else ''} holds {room}"
+        )
+    return Reason("NeverFits", message)
+
+
+def never_fits_quota(queue: str, resource: str, needs: float, most: float) -> Reason:
+    return Reason(
+        "NeverFits",
+        f"never fits: needs {_amount(resource, needs)} {resource}, queue {queue} can get at most "
+        f"{_amount(resource, most)} {resource} (nominal plus what it may borrow); raise the "
+        "queue's quota or shrink the job",
+    )
+
+
+def size_ratio_serialized(behind: str) -> Reason:
+    return Reason("SizeRatioSerialized", f"size ratio: serialized behind {behind}")
+
+
+def size_ratio_rejected(queue: str, resource: str, share: float, ratio: float) -> Reason:
+    return Reason(
+        "SizeRatioRejected",
+        f"size ratio: needs {share:.0%} of the cluster's {resource}, above queue {queue}'s "
+        f"limit of {ratio:.0%}; split the job or raise the queue's sizeRatio.ratio",
+    )
+
+
+def strict_fifo_blocked(head: str) -> Reason:
+    return Reason("StrictFIFOBlocked", f"blocked by StrictFIFO head {head}")
+
+
+def elastic_waiting(size: int, fits: int, minimum: int, after: float, left: float) -> Reason:
+    return Reason(
+        "ElasticWaiting",
+        f"elastic: {fits} of {size} pods fit (min {minimum}); it may start smaller "
+        f"{after:g}s after submission, in {left:.0f}s",
+    )
+
+
+def queue_not_found(queue: str, leaves: Iterable[str], cohort: bool) -> Reason:
+    known = ", ".join(sorted(leaves)) or "none defined"
+    if cohort:
+        return Reason(
+            "QueueNotFound",
+            f'queue "{queue}" is a cohort; set muster.dev/queue to one of its leaf queues: {known}',
+        )
+    return Reason(
+        "QueueNotFound",
+        f'queue "{queue}" not found: create it (kind: Queue) or set muster.dev/queue to one of: '
+        f"{known}",
+    )
+
+
+def reserved_for_older(holder: str) -> Reason:
+    return Reason(
+        "ReservedForOlder",
+        f"capacity reserved for older gang {holder} "
+        "(size ratio: the oldest big gang is not starved)",
+    )

@@ -1,0 +1,229 @@
+"""`muster bench plan`: time `policies.plan` on a synthetic burst.
+
+The snapshot is built deterministically from ``--seed``: a mixed cluster (cpu, high-memory and
+tainted gpu nodes, some capacity held by system pods), a running load of admitted gangs, leaf
+queues in cohorts of ten with nominal quotas, borrowing and lending limits and a few StrictFIFO
+queues, and pending gangs of 1..64 pods (some one-pod-per-node, some elastic, some gpu). Quotas
+are set so that many but not all pending gangs fit. Only ``plan`` is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+from policies import (
+    AdmittedGang,
+    Gang,
+    Node,
+    Queue,
+    QueueTree,
+    Resources,
+    Snapshot,
+    SubmitStamp,
+    Taint,
+    Toleration,
+    plan,
+)
+
+GIB = 2**30
+_CPU_NODE = Resources({"cpu": 32_000, "memory": 128 * GIB, "pods": 110})
+_MEM_NODE = Resources({"cpu": 64_000, "memory": 512 * GIB, "pods": 110})
+_GPU_NODE = Resources({"cpu": 48_000, "memory": 384 * GIB, "pods": 110, "nvidia.com/gpu": 8})
+_GPU_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
+_GPU_TOLERATION = Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule")
+_POD_SHAPES = (
+    Resources({"cpu": 500, "memory": 1 * GIB}),
+    Resources({"cpu": 1_000, "memory": 2 * GIB}),
+    Resources({"cpu": 2_000, "memory": 4 * GIB}),
+    Resources({"cpu": 4_000, "memory": 16 * GIB}),
+    Resources({"cpu": 8_000, "memory": 32 * GIB}),
+)
+_GPU_POD = Resources({"cpu": 8_000, "memory": 64 * GIB, "nvidia.com/gpu": 1})
+_SIZES = (1, 1, 2, 2, 4, 4, 8, 8, 16, 16, 32, 64)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pending", type=int, default=10_000, help="pending gangs (10000)")
+    parser.add_argument("--nodes", type=int, default=1_000, help="nodes (1000)")
+    parser.add_argument("--queues", type=int, default=100, help="leaf queues (100)")
+    parser.add_argument("--runs", type=int, default=7, help="timed plans; median reported (7)")
+    parser.add_argument("--seed", type=int, default=1, help="random seed of the snapshot (1)")
+    parser.add_argument("--policy", default="drf", help="admission policy (drf)")
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    parser.add_argument("--profile", action="store_true", help="print a cProfile of one plan")
+
+
+def build_snapshot(pending: int, nodes: int, queues: int, seed: int) -> Snapshot:
+    """A deterministic synthetic snapshot (see the module docstring)."""
+    rng = random.Random(seed)
+    node_list: list[Node] = []
+    for i in range(nodes):
+        draw = rng.random()
+        used = Resources()
+        if rng.random() < 0.2:  # daemon and system pods not managed by muster
+            used = Resources({"cpu": rng.choice((1_000, 2_000)), "memory": 4 * GIB, "pods": 4})
+        if draw < 0.1:
+            node_list.append(
+                Node(
+                    f"gpu-{i:05d}",
+                    _GPU_NODE,
+                    labels={"accelerator": "a100", "pool": "gpu"},
+                    taints=(_GPU_TAINT,),
+                    used=used,
+                )
+            )
+        elif draw < 0.3:
+            node_list.append(Node(f"mem-{i:05d}", _MEM_NODE, {"pool": "mem"}, used=used))
+        else:
+            node_list.append(Node(f"cpu-{i:05d}", _CPU_NODE, {"pool": "cpu"}, used=used))
+    cluster_cpu = sum(node.allocatable["cpu"] for node in node_list)
+    cluster_memory = sum(node.allocatable["memory"] for node in node_list)
+    gpus = sum(node.allocatable["nvidia.com/gpu"] for node in node_list)
+
+    cohorts = max(1, queues // 10)
+    queue_list = [Queue(f"cohort-{c}") for c in range(cohorts)]
+    # Nominal quotas add up to about the cluster; half the queues may borrow without bound.
+    share = 1.0 / queues
+    for q in range(queues):
+        nominal = Resources(
+            {
+                "cpu": int(cluster_cpu * share * rng.uniform(0.6, 1.2)),
+                "memory": int(cluster_memory * share * rng.uniform(0.6, 1.2)),
+                "nvidia.com/gpu": int(gpus * share * rng.uniform(0.5, 1.5)),
+            }
+        )
+        borrowing = None
+        if q % 2:
+            borrowing = Resources({"cpu": nominal["cpu"] // 2, "memory": nominal["memory"] // 2})
+        lending = Resources({"cpu": nominal["cpu"] // 2}) if q % 3 == 0 else None
+        queue_list.append(
+            Queue(
+                f"q{q:03d}",
+                parent=f"cohort-{q % cohorts}",
+                weight=rng.choice((1.0, 1.0, 2.0, 3.0)),
+                nominal=nominal,
+                borrowing_limit=borrowing,
+                lending_limit=lending,
+                strategy="StrictFIFO" if q % 10 == 9 else "BestEffortFIFO",
+            )
+        )
+    tree = QueueTree.build(queue_list)
+
+    # A running load on about a third of the cpu nodes: one 8-pod gang per 4 nodes.
+    admitted: list[AdmittedGang] = []
+    cpu_nodes = [node.name for node in node_list if node.name.startswith("cpu-")]
+    for j in range(len(cpu_nodes) // 12):
+        request = _POD_SHAPES[2]
+        gang = Gang(
+            f"running/g{j}",
+            f"q{j % queues:03d}",
+            request,
+            8,
+            submitted=SubmitStamp(-7200.0 + j, 0, f"g{j}"),
+        )
+        chosen = cpu_nodes[j * 4 : j * 4 + 4]
+        admitted.append(AdmittedGang(gang, 8, {n: 2 for n in chosen}, -3600.0, running=True))
+
+    gangs: list[Gang] = []
+    for k in range(pending):
+        queue = f"q{rng.randrange(queues):03d}"
+        size = rng.choice(_SIZES)
+        kind = rng.random()
+        selector: dict[str, str] = {}
+        tolerations: tuple[Toleration, ...] = ()
+        if kind < 0.05:
+            request = _GPU_POD
+            selector = {"accelerator": "a100"}
+            tolerations = (_GPU_TOLERATION,)
+            size = min(size, 16)
+        else:
+            request = rng.choice(_POD_SHAPES)
+        one_pod_per_node = rng.random() < 0.2
+        minimum = max(1, size // 2) if rng.random() < 0.1 else None
+        t = float(rng.randrange(3600))  # whole seconds: many gangs share a second
+        gangs.append(
+            Gang(
+                f"ns{k % 50}/gang-{k:06d}",
+                queue,
+                request,
+                size,
+                min_size=minimum,
+                priority=10 if rng.random() < 0.05 else 0,
+                submitted=SubmitStamp(t, k, f"gang-{k:06d}"),
+                one_pod_per_node=one_pod_per_node,
+                node_selector=selector,
+                tolerations=tolerations,
+                elastic_after=rng.choice((0.0, 600.0)),
+                kind="MiniCluster" if one_pod_per_node else "Job",
+            )
+        )
+    return Snapshot(node_list, tree, admitted, gangs, now=3600.0)
+
+
+def _percentile(samples: Sequence[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def run(args: argparse.Namespace) -> int:
+    if min(args.pending, args.nodes, args.queues, args.runs) < 1:
+        print(
+            "muster bench plan: --pending, --nodes, --queues and --runs must be >= 1",
+            file=sys.stderr,
+        )
+        return 2
+    snapshot = build_snapshot(args.pending, args.nodes, args.queues, args.seed)
+    if args.profile:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.runcall(plan, snapshot, args.policy)
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+    samples: list[float] = []
+    decisions = None
+    for _ in range(args.runs):
+        start = time.perf_counter()
+        decisions = plan(snapshot, args.policy)
+        samples.append((time.perf_counter() - start) * 1000.0)
+    assert decisions is not None
+    admitted_pods = sum(a.size for a in decisions.admitted)
+    result = {
+        "pending": args.pending,
+        "nodes": args.nodes,
+        "queues": args.queues,
+        "policy": args.policy,
+        "seed": args.seed,
+        "runs": args.runs,
+        "admitted": len(decisions.admitted),
+        "admitted_pods": admitted_pods,
+        "waiting": len(decisions.pending),
+        "rejected": len(decisions.rejected),
+        "plan_ms_median": round(statistics.median(samples), 3),
+        "plan_ms_p90": round(_percentile(samples, 0.9), 3),
+        "plan_ms_min": round(min(samples), 3),
+    }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    width = max(len(key) for key in result)
+    print("policies.plan on a synthetic snapshot")
+    for key, value in result.items():
+        print(f"  {key:<{width}}  {value}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="muster bench plan", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""Properties of policies.plan over random clusters, queue trees and gangs (issue 3).
+
+The checks here are written independently of the planner's internals: usage is summed from
+the snapshot and the decisions, limits are read from the queue specs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from policies import Decisions, Gang, Queue, QueueTree, Snapshot, plan
+from tests.strategies import snapshots, without_size_ratio
+
+SETTINGS = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def _pods_counted(snapshot: Snapshot) -> bool:
+    """Every pod counts one "pods" when a node or a quota mentions pods (as documented)."""
+    return (
+        any("pods" in node.allocatable for node in snapshot.nodes)
+        or any("pods" in (queue.nominal or ()) for queue in snapshot.queues)
+        or any("pods" in gang.pod_requests for gang in snapshot.pending)
+        or any("pods" in a.gang.pod_requests for a in snapshot.admitted)
+    )
+
+
+def _per_pod(gang: Gang, pods_counted: bool) -> dict[str, int]:
+    request = dict(gang.pod_requests)
+    if pods_counted:
+        request["pods"] = max(request.get("pods", 0), 1)
+    return request
+
+
+def _gangs(snapshot: Snapshot) -> dict[str, Gang]:
+    gangs = {gang.id: gang for gang in snapshot.pending}
+    gangs.update({a.gang.id: a.gang for a in snapshot.admitted})
+    return gangs
+
+
+def _leaf_usage(snapshot: Snapshot, decisions: Decisions) -> dict[str, dict[str, int]]:
+    counted = _pods_counted(snapshot)
+    gangs = _gangs(snapshot)
+    usage: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    held = [(a.gang.id, a.size) for a in snapshot.admitted]
+    held += [(a.gang_id, a.size) for a in decisions.admitted]
+    for gang_id, size in held:
+        gang = gangs[gang_id]
+        for resource, amount in _per_pod(gang, counted).items():
+            usage[gang.queue][resource] += amount * size
+    return usage
+
+
+def _nominal(queue: Queue, resource: str) -> int:
+    return queue.nominal[resource] if queue.nominal is not None else 0
+
+
+def _subtree(tree: QueueTree, name: str) -> list[str]:
+    result = [name]
+    for child in tree.children(name):
+        result += _subtree(tree, child)
+    return result
+
+
+@SETTINGS
+@given(snapshots())
+def test_no_queue_exceeds_its_quota(snapshot: Snapshot) -> None:
+    decisions = plan(snapshot)
+    tree = snapshot.queues
+    usage = _leaf_usage(snapshot, decisions)
+    roots = [q.name for q in tree if q.parent is None]
+    for root in roots:
+        members = _subtree(tree, root)
+        governed = {r for name in members for r in (tree[name].nominal or ())}
+        for resource in governed:
+            total_nominal = sum(_nominal(tree[name], resource) for name in members)
+            total_usage = sum(usage[name][resource] for name in members)
+            # The tree never holds more than all its nominal quota.
+            assert total_usage <= total_nominal, (root, resource)
+            for name in members:
+                queue = tree[name]
+                nominal = _nominal(queue, resource)
+                below = sum(usage[n][resource] for n in _subtree(tree, name))
+                # Nominal plus borrowing limit (a queue without a parent cannot borrow).
+                limit = queue.borrowing_limit
+                if queue.parent is not None and limit is not None and resource in limit:
+                    most = sum(_nominal(tree[n], resource) for n in _subtree(tree, name))
+                    assert below <= most + limit[resource], (name, resource)
+                # Lending: what a leaf keeps (nominal - lendingLimit) is not used by others.
+                lending = queue.lending_limit
+                if lending is not None and resource in lending and not tree.children(name):
+                    kept = max(0, nominal - lending[resource])
+                    others = total_usage - usage[name][resource]
+                    assert others <= total_nominal - kept, (name, resource)
+
+
+@SETTINGS
+@given(snapshots())
+def test_no_node_is_overcommitted(snapshot: Snapshot) -> None:
+    decisions = plan(snapshot)
+    counted = _pods_counted(snapshot)
+    gangs = _gangs(snapshot)
+    by_name = {node.name: node for node in snapshot.nodes}
+    load: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    placements = [(a.gang.id, a.placement) for a in snapshot.admitted]
+    placements += [(a.gang_id, a.placement) for a in decisions.admitted]
+    for gang_id, placement in placements:
+        for name, pods in placement.items():
+            for resource, amount in _per_pod(gangs[gang_id], counted).items():
+                load[name][resource] += amount * pods
+    for admission in decisions.admitted:
+        gang = gangs[admission.gang_id]
+        queue = snapshot.queues[admission.queue]
+        if not queue.node_fit:
+            assert admission.placement == {}
+            continue
+        assert sum(admission.placement.values()) == admission.size
+        for node_name, pods in admission.placement.items():
+            assert pods >= 1
+            node = by_name[node_name]
+            if gang.one_pod_per_node:
+                assert pods == 1, admission
+            assert all(node.labels.get(k) == v for k, v in gang.node_selector.items())
+            for taint in node.taints:
+                assert any(t.tolerates(taint) for t in gang.tolerations), (node, gang)
+            for resource, amount in load[node_name].items():
+                if resource == "pods" and "pods" not in node.allocatable:
+                    continue  # a node without a pod limit
+                limit = node.allocatable[resource] - node.used[resource]
+                assert amount <= limit, (node_name, resource, amount, limit)
+
+
+@SETTINGS
+@given(snapshots())
+def test_admitted_sizes_respect_min_and_size(snapshot: Snapshot) -> None:
+    decisions = plan(snapshot)
+    gangs = _gangs(snapshot)
+    for admission in decisions.admitted:
+        gang = gangs[admission.gang_id]
+        assert gang.min <= admission.size <= gang.size
+        if admission.size < gang.size:  # shrunk: only once the gang has waited long enough
+            assert snapshot.now - gang.submitted.time >= gang.elastic_after
+    # Every pending gang is decided exactly once.
+    decided = [a.gang_id for a in decisions.admitted]
+    decided += list(decisions.pending) + list(decisions.rejected)
+    assert sorted(decided) == sorted(gang.id for gang in snapshot.pending)
+
+
+@SETTINGS
+@given(snapshots(), st.sampled_from(("drf", "fifo", "strict-fifo")))
+def test_same_input_same_decisions(snapshot: Snapshot, policy: str) -> None:
+    first = plan(snapshot, policy)
+    again = plan(snapshot, policy)
+    assert first == again
+    assert list(first.pending.items()) == list(again.pending.items())
+    # The order of nodes in the snapshot does not matter either.
+    reordered = dataclasses.replace(snapshot, nodes=list(reversed(snapshot.nodes)))
+    assert plan(reordered, policy) == first
+
+
+@SETTINGS
+@given(snapshots(strict=False, size_ratio=False, with_admitted=False, with_pods=False))
+def test_drf_admits_the_lowest_share_first(snapshot: Snapshot) -> None:
+    snapshot = without_size_ratio(snapshot)
+    decisions = plan(snapshot, "drf")
+    if not decisions.admitted:
+        return
+    capacity: dict[str, int] = defaultdict(int)
+    for node in snapshot.nodes:
+        for resource, amount in node.allocatable.items():
+            capacity[resource] += amount
+    tree = snapshot.queues
+    candidates = []
+    for leaf in tree.leaves:
+        queue = tree[leaf]
+        ordered = sorted(
+            (g for g in snapshot.pending if g.queue == leaf), key=lambda g: g.order_key
+        )
+        for gang in ordered:
+            # The queue's first gang that would be admitted on its own.
+            if plan(dataclasses.replace(snapshot, pending=[gang])).admitted:
+                share = max(
+                    (
+                        (gang.pod_requests[r] * gang.size) * (1.0 / capacity[r])
+                        for r in sorted(capacity)
+                        if capacity[r] > 0
+                    ),
+                    default=0.0,
+                )
+                candidates.append(((share / queue.weight, *gang.order_key, leaf), gang.id))
+                break
+    assert decisions.admitted[0].gang_id == min(candidates)[1]
+
+
+def _order_of_screened(snapshot: Snapshot, decisions: Decisions) -> dict[str, list[Gang]]:
+    """Per leaf queue, the gangs that were not rejected, in queue order."""
+    by_queue: dict[str, list[Gang]] = defaultdict(list)
+    for gang in sorted(snapshot.pending, key=lambda g: g.order_key):
+        if gang.id in decisions.rejected or not snapshot.queues.is_leaf(gang.queue):
+            continue
+        by_queue[gang.queue].append(gang)
+    return by_queue
+
+
+@SETTINGS
+@given(snapshots(strict=True), st.sampled_from(("drf", "fifo")))
+def test_strict_fifo_never_admits_past_a_blocked_head(snapshot: Snapshot, policy: str) -> None:
+    decisions = plan(snapshot, policy)
+    admitted = {a.gang_id for a in decisions.admitted}
+    for leaf, ordered in _order_of_screened(snapshot, decisions).items():
+        blocked_at = next((i for i, g in enumerate(ordered) if g.id not in admitted), None)
+        if blocked_at is None:
+            continue
+        head = ordered[blocked_at]
+        for later in ordered[blocked_at + 1 :]:
+            assert later.id not in admitted, (leaf, head.id, later.id)
+            assert decisions.pending[later.id].code == "StrictFIFOBlocked"
+            assert decisions.pending[later.id].message == f"blocked by StrictFIFO head {head.id}"
+
+
+@SETTINGS
+@given(snapshots())
+def test_global_strict_fifo_admits_a_prefix(snapshot: Snapshot) -> None:
+    decisions = plan(snapshot, "strict-fifo")
+    admitted = {a.gang_id for a in decisions.admitted}
+    everyone = [g for gangs in _order_of_screened(snapshot, decisions).values() for g in gangs]
+    everyone.sort(key=lambda g: g.order_key)
+    first_waiting = next((i for i, g in enumerate(everyone) if g.id not in admitted), None)
+    if first_waiting is not None:
+        assert not admitted & {g.id for g in everyone[first_waiting:]}
+    # Admissions happen in order.
+    order = {g.id: i for i, g in enumerate(everyone)}
+    positions = [order[a.gang_id] for a in decisions.admitted]
+    assert positions == sorted(positions)

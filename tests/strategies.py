@@ -1,0 +1,203 @@
+"""Hypothesis strategies for muster's model: clusters, queue trees, gangs, snapshots.
+
+Small worlds on purpose (a handful of nodes, queues and gangs, few distinct amounts) so that
+quotas run out, nodes fill up, stamps tie and cohorts borrow in most examples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Literal
+
+from hypothesis import strategies as st
+
+from policies import (
+    AdmittedGang,
+    Gang,
+    Node,
+    Queue,
+    QueueTree,
+    Resources,
+    SizeRatio,
+    Snapshot,
+    SubmitStamp,
+    Taint,
+    Toleration,
+    plan,
+)
+
+GIB = 2**30
+GPU = "nvidia.com/gpu"
+TAINT = Taint("dedicated", "gpu", "NoSchedule")
+TOLERATION = Toleration("dedicated", "Equal", "gpu", "NoSchedule")
+
+
+@st.composite
+def nodes(draw: st.DrawFn, max_nodes: int = 6, with_pods: bool | None = None) -> list[Node]:
+    """A small cluster: mixed sizes, two pools, some tainted gpu nodes, some held capacity."""
+    count = draw(st.integers(1, max_nodes))
+    pods = draw(st.booleans()) if with_pods is None else with_pods
+    result = []
+    for i in range(count):
+        amounts = {
+            "cpu": draw(st.sampled_from((1_000, 2_000, 4_000, 8_000))),
+            "memory": draw(st.sampled_from((2, 4, 8, 16))) * GIB,
+        }
+        if pods:
+            amounts["pods"] = draw(st.integers(1, 6))
+        gpu_node = draw(st.integers(0, 4)) == 0
+        if gpu_node:
+            amounts[GPU] = draw(st.integers(1, 4))
+        used = Resources()
+        if draw(st.integers(0, 4)) == 0:
+            used = Resources({"cpu": 500})
+        result.append(
+            Node(
+                f"node-{i}",
+                Resources(amounts),
+                labels={"pool": draw(st.sampled_from(("a", "b")))},
+                taints=(TAINT,) if gpu_node and draw(st.booleans()) else (),
+                used=used,
+            )
+        )
+    return result
+
+
+def _amounts(resources: Sequence[str]) -> st.SearchStrategy[Resources]:
+    per_resource = {
+        "cpu": st.sampled_from((0, 1_000, 2_000, 4_000, 8_000, 16_000)),
+        "memory": st.sampled_from((0, 4 * GIB, 8 * GIB, 32 * GIB)),
+        GPU: st.integers(0, 4),
+        "pods": st.integers(0, 8),
+    }
+    return st.fixed_dictionaries({r: per_resource[r] for r in resources}).map(Resources)
+
+
+@st.composite
+def queue_trees(draw: st.DrawFn, strict: bool | None = None, size_ratio: bool = True) -> QueueTree:
+    """One to three trees: a standalone leaf, or a cohort (maybe nested) with leaves."""
+    quota_resources = draw(
+        st.lists(st.sampled_from(("cpu", "memory", GPU, "pods")), unique=True, max_size=3)
+    )
+    queues: list[Queue] = []
+    counter = 0
+
+    def leaf_or_cohort(parent: str | None, depth: int) -> None:
+        nonlocal counter
+        name = f"q{counter}"
+        counter += 1
+        nominal = draw(st.none() | _amounts(quota_resources)) if quota_resources else None
+        borrowing = draw(st.none() | _amounts(quota_resources)) if parent else None
+        lending = None
+        if nominal is not None and draw(st.booleans()):
+            lending = Resources({r: draw(st.integers(0, amount)) for r, amount in nominal.items()})
+        ratio = None
+        if size_ratio and draw(st.booleans()):
+            ratio = SizeRatio(
+                draw(st.sampled_from((0.1, 0.3, 0.6, 1.0))),
+                draw(st.sampled_from(("Serialize", "Reject"))),
+            )
+        strategy: Literal["BestEffortFIFO", "StrictFIFO"]
+        if strict is None:
+            strategy = draw(st.sampled_from(("BestEffortFIFO", "StrictFIFO")))
+        else:
+            strategy = "StrictFIFO" if strict else "BestEffortFIFO"
+        queues.append(
+            Queue(
+                name,
+                parent=parent,
+                weight=draw(st.sampled_from((0.5, 1.0, 2.0))),
+                nominal=nominal,
+                borrowing_limit=borrowing,
+                lending_limit=lending,
+                strategy=strategy,
+                size_ratio=ratio,
+                node_fit=draw(st.integers(0, 9)) > 0,
+            )
+        )
+        if depth < 2 and draw(st.integers(0, 2)) == 0:
+            for _ in range(draw(st.integers(1, 3))):
+                leaf_or_cohort(name, depth + 1)
+
+    for _ in range(draw(st.integers(1, 3))):
+        leaf_or_cohort(None, 0)
+    return QueueTree.build(queues)
+
+
+@st.composite
+def gangs(
+    draw: st.DrawFn, tree: QueueTree, prefix: str, max_gangs: int = 12, unknown_queues: bool = True
+) -> list[Gang]:
+    """Pending gangs over the tree's leaves (and, rarely, a queue that does not exist)."""
+    targets = list(tree.leaves)
+    if unknown_queues:
+        targets.append("missing")
+    count = draw(st.integers(0, max_gangs))
+    result = []
+    for k in range(count):
+        request = {
+            "cpu": draw(st.sampled_from((0, 250, 500, 1_000, 2_000, 4_000))),
+            "memory": draw(st.sampled_from((0, GIB, 2 * GIB))),
+        }
+        if draw(st.integers(0, 5)) == 0:
+            request[GPU] = 1
+        size = draw(st.integers(1, 6))
+        minimum = draw(st.none() | st.integers(1, size))
+        selector = {"pool": draw(st.sampled_from(("a", "b")))} if draw(st.booleans()) else {}
+        tolerations = (TOLERATION,) if draw(st.booleans()) else ()
+        result.append(
+            Gang(
+                f"{prefix}/g{k}",
+                draw(st.sampled_from(targets)),
+                Resources(request),
+                size,
+                min_size=minimum,
+                priority=draw(st.integers(0, 2)),
+                submitted=SubmitStamp(
+                    float(draw(st.integers(0, 5))), draw(st.integers(0, 3)), f"g{k}"
+                ),
+                one_pod_per_node=draw(st.booleans()),
+                node_selector=selector,
+                tolerations=tolerations,
+                elastic_after=draw(st.sampled_from((0.0, 5.0, 100.0))),
+            )
+        )
+    return result
+
+
+@st.composite
+def snapshots(
+    draw: st.DrawFn,
+    strict: bool | None = None,
+    size_ratio: bool = True,
+    with_admitted: bool = True,
+    with_pods: bool | None = None,
+    unknown_queues: bool = True,
+) -> Snapshot:
+    """A cluster, queues, gangs admitted by an earlier plan (some running), pending gangs."""
+    cluster = draw(nodes(with_pods=with_pods))
+    tree = draw(queue_trees(strict=strict, size_ratio=size_ratio))
+    now = float(draw(st.sampled_from((0, 10, 200))))
+    admitted: list[AdmittedGang] = []
+    if with_admitted and draw(st.booleans()):
+        earlier = draw(gangs(tree, "old", max_gangs=6, unknown_queues=False))
+        by_id = {gang.id: gang for gang in earlier}
+        first = plan(Snapshot(cluster, tree, [], earlier, now))
+        for admission in first.admitted:
+            admitted.append(
+                AdmittedGang(
+                    by_id[admission.gang_id],
+                    admission.size,
+                    dict(admission.placement),
+                    admitted_at=now,
+                    running=draw(st.booleans()),
+                )
+            )
+    pending = draw(gangs(tree, "new", unknown_queues=unknown_queues))
+    return Snapshot(cluster, tree, admitted, pending, now)
+
+
+def without_size_ratio(snapshot: Snapshot) -> Snapshot:
+    tree = QueueTree.build(dataclasses.replace(q, size_ratio=None) for q in snapshot.queues)
+    return dataclasses.replace(snapshot, queues=tree)
