@@ -14,6 +14,7 @@ import json
 import ssl
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,8 @@ class KubeClient:
     user_agent: str = "muster"
     _keep: list[Any] = field(default_factory=list, repr=False)
     _local: threading.local = field(default_factory=threading.local, repr=False)
+    throttle_wait: float = 30.0
+    """How long, in all, a request keeps retrying on HTTP 429 before raising."""
     requests_sent: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _connections: list[http.client.HTTPSConnection] = field(default_factory=list, repr=False)
@@ -123,6 +126,28 @@ class KubeClient:
     def from_kubeconfig(cls, path: str | Path, context: str | None = None) -> KubeClient:
         creds, keep = load_kubeconfig(path, context)
         return cls(creds, _keep=keep)
+
+    @classmethod
+    def in_cluster(cls) -> KubeClient:
+        """Credentials of the pod's service account (token and CA mounted by Kubernetes)."""
+        import os
+
+        root = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+        host = os.environ.get("KUBERNETES_SERVICE_HOST")
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        if not host or not (root / "token").exists():
+            raise KubeconfigError(
+                "no kubeconfig given and not running in a pod: pass --kubeconfig or set KUBECONFIG"
+            )
+        return cls(
+            Credentials(
+                server=f"https://{host}:{port}",
+                ca_file=str(root / "ca.crt"),
+                cert_file=None,
+                key_file=None,
+                token=(root / "token").read_text().strip(),
+            )
+        )
 
     def _context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=self.credentials.ca_file)
@@ -166,6 +191,32 @@ class KubeClient:
             headers["Content-Type"] = content_type
         if self.credentials.token:
             headers["Authorization"] = f"Bearer {self.credentials.token}"
+        # 429 (throttled, or a new CRD's storage still initializing) is retried after the
+        # server's Retry-After, for at most `throttle_wait` seconds in all.
+        waited = 0.0
+        while True:
+            status, data, retry_after = self._send(method, path, payload, headers)
+            if status != 429 or waited >= self.throttle_wait:
+                break
+            delay = min(retry_after, self.throttle_wait - waited)
+            time.sleep(delay)
+            waited += delay
+        try:
+            decoded: dict[str, Any] = json.loads(data) if data else {}
+        except ValueError:
+            # Not JSON: e.g. "404 page not found" for an API group that is not served.
+            if status < 300:
+                raise
+            decoded = {"message": data[:200].decode(errors="replace").strip()}
+        if status >= 300:
+            message = decoded.get("message") if isinstance(decoded, dict) else None
+            raise ApiError(status, method, path, str(message or data[:200]))
+        return decoded
+
+    def _send(
+        self, method: str, path: str, payload: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, bytes, float]:
+        """One request on this thread's connection, reconnecting once if it was dropped."""
         with self._lock:
             self.requests_sent += 1
         for attempt in (1, 2):
@@ -180,12 +231,12 @@ class KubeClient:
                 if attempt == 2:
                     raise
                 continue
-            break
-        decoded: dict[str, Any] = json.loads(data) if data else {}
-        if response.status >= 300:
-            message = decoded.get("message") if isinstance(decoded, dict) else None
-            raise ApiError(response.status, method, path, str(message or data[:200]))
-        return decoded
+            try:
+                retry_after = float(response.getheader("Retry-After") or 1)
+            except ValueError:
+                retry_after = 1.0
+            return response.status, data, retry_after
+        raise AssertionError("unreachable")
 
     def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
         return self.request("GET", path, params=params)

@@ -38,6 +38,9 @@ COMMANDS: tuple[Command, ...] = (
     Command(("cluster", "env"), "simulator.controlplane.commands", "print KUBECONFIG exports"),
     Command(("cluster", "status"), "simulator.controlplane.commands", "show components and logs"),
     Command(("bench", "apiserver"), "simulator.bench_apiserver", "raw Job PATCH throughput"),
+    Command(
+        ("bench", "webhook"), "muster.bench_webhook", "Job-create latency with/without webhook"
+    ),
     Command(("bench", "plan"), "simulator.bench_plan", "time policies.plan on a synthetic burst"),
     Command(("bench", "sim"), "simulator.bench_sim", "time the in-process simulator on a burst"),
     Command(("trace", "burst"), "simulator.trace_command", "generate a synthetic burst trace"),

@@ -1,9 +1,11 @@
 """`muster run`: start muster's webhook (and, as it lands, the queue controller) with kopf.
 
-`--local` serves the webhook on loopback with a fresh self-signed CA and writes the
-MutatingWebhookConfiguration (url + caBundle) itself once the server accepts connections; it
-removes that configuration again on a clean exit. In a cluster, the static manifests carry the
-configuration and the certificate comes from a Secret (`--tls-cert`, `--tls-key`).
+The webhook is served by `webhook.server` in kopf's event loop; kopf's watches keep the
+webhook's view of namespaces, Queues and MiniClusters current. `--local` serves it on loopback
+with a fresh self-signed CA and writes the MutatingWebhookConfiguration (url + caBundle) itself
+once the server accepts connections; it removes that configuration again on a clean exit. In a
+cluster, the static manifests carry the configuration and the certificate comes from a Secret
+(`--tls-cert`, `--tls-key`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from admission.kubeapi import ApiError, KubeClient
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
 from webhook.configuration import build_configuration
 from webhook.decision import WebhookSettings
+from webhook.handlers import stamp_of
+from webhook.review import WebhookState
+
+QUEUES_PATH = "/apis/muster.dev/v1alpha1/queues"
+MINICLUSTERS_PATH = "/apis/flux-framework.org/v1alpha2/miniclusters"
 
 CONFIG_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
@@ -105,10 +112,35 @@ def register_configuration(client: KubeClient, configuration: dict[str, Any]) ->
     client.request("PUT", f"{CONFIG_PATH}/{WEBHOOK_CONFIG_NAME}", body)
 
 
+def load_state(client: KubeClient) -> WebhookState:
+    """One LIST each of namespaces, Queues and MiniClusters (absent CRDs are fine)."""
+    state = WebhookState()
+    for ns in client.get("/api/v1/namespaces")["items"]:
+        state.namespace_labels[ns["metadata"]["name"]] = dict(ns["metadata"].get("labels") or {})
+    try:
+        state.queues = {q["metadata"]["name"] for q in client.get(QUEUES_PATH)["items"]}
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+    try:
+        for mc in client.get(MINICLUSTERS_PATH)["items"]:
+            stamp = stamp_of(mc)
+            if stamp:
+                state.minicluster_stamps[(mc["metadata"]["namespace"], mc["metadata"]["name"])] = (
+                    stamp
+                )
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+    return state
+
+
 def run(args: argparse.Namespace) -> int:
     import kopf
 
+    from policies.submitted import SubmissionClock
     from webhook import handlers
+    from webhook.server import WebhookServer
     from webhook.tls import create_webhook_tls
 
     logging.basicConfig(
@@ -126,14 +158,12 @@ def run(args: argparse.Namespace) -> int:
     )
     port = args.webhook_port or _free_port(args.webhook_addr)
     tmp = tempfile.TemporaryDirectory(prefix="muster-webhook-")
-    client: KubeClient | None = None
     if args.local:
         if not args.kubeconfig:
             print("muster run --local needs --kubeconfig (or $KUBECONFIG)", file=sys.stderr)
             return 2
         tls = create_webhook_tls(Path(tmp.name), [args.webhook_addr])
         certfile, keyfile, ca_bundle = str(tls.cert), str(tls.key), tls.ca_bundle
-        client = KubeClient.from_kubeconfig(args.kubeconfig)
     else:
         if not (args.tls_cert and args.tls_key):
             print(
@@ -142,22 +172,26 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
         certfile, keyfile, ca_bundle = args.tls_cert, args.tls_key, b""
-
-    queues_installed = True
-    if client is not None:
-        try:
-            client.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/queues.muster.dev")
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-            queues_installed = False
-            logging.warning(
-                "Queue CRD not installed (kubectl apply -f manifests/crd/); "
-                "queue names are not checked"
-            )
+    client = (
+        KubeClient.from_kubeconfig(args.kubeconfig) if args.kubeconfig else KubeClient.in_cluster()
+    )
+    state = load_state(client)
+    if state.queues is None:
+        logging.warning(
+            "Queue CRD not installed (kubectl apply -f manifests/crd/); queue names are not checked"
+        )
 
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, settings, queues_installed=queues_installed)
+    server = WebhookServer(
+        addr=args.webhook_addr,
+        port=port,
+        certfile=certfile,
+        keyfile=keyfile,
+        state=state,
+        settings=settings,
+        clock=SubmissionClock(),
+    )
+    handlers.register(registry, server)
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -168,21 +202,12 @@ def run(args: argparse.Namespace) -> int:
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.admission.server = kopf.WebhookServer(
-            addr=args.webhook_addr,
-            port=port,
-            host=args.webhook_addr,
-            certfile=certfile,
-            pkeyfile=keyfile,
-        )
-        settings.admission.managed = None
         settings.posting.level = logging.WARNING
         settings.persistence.finalizer = "muster.dev/finalizer"
-        if client is not None:
+        if args.local:
             asyncio.get_running_loop().create_task(_register_when_serving())
 
     async def _register_when_serving() -> None:
-        assert client is not None
         await asyncio.to_thread(_wait_for_tls, args.webhook_addr, port)
         configuration = build_configuration(
             settings,
@@ -195,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
 
     @kopf.on.cleanup(registry=registry)
     async def unregister(**_: Any) -> None:
-        if client is not None:
+        if args.local:
             try:
                 await asyncio.to_thread(client.delete, f"{CONFIG_PATH}/{WEBHOOK_CONFIG_NAME}")
             except ApiError as exc:
@@ -210,7 +235,6 @@ def run(args: argparse.Namespace) -> int:
             peering_name=args.peering,
         )
     finally:
-        if client is not None:
-            client.close()
+        client.close()
         tmp.cleanup()
     return 0

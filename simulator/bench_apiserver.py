@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         print("muster bench apiserver: --concurrency, --patches and --jobs must be >= 1")
         return 2
     with ExitStack() as stack:
-        kubeconfig = _kubeconfig(args.kubeconfig, stack, quiet=args.json)
+        kubeconfig = bench_kubeconfig(args.kubeconfig, stack, quiet=args.json)
         client = stack.enter_context(KubeClient.from_kubeconfig(kubeconfig))
         jobs = create_jobs(client, BENCH_NAMESPACE, args.jobs)
         # Warm up connections and caches so the first level is not penalised.
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kubeconfig(explicit: str | None, stack: ExitStack, quiet: bool) -> Path:
+def bench_kubeconfig(explicit: str | None, stack: ExitStack, quiet: bool) -> Path:
     """The cluster to measure: explicit, the running `muster` cluster, or a temporary one."""
     from simulator.controlplane.cluster import LocalCluster
 

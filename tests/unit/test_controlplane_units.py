@@ -108,3 +108,45 @@ def test_kubeconfig_errors_name_the_file_and_problem(tmp_path: Path) -> None:
         load_kubeconfig(bad)
     with pytest.raises(KubeconfigError, match="no context named 'nope'"):
         load_kubeconfig(bad, context="nope")
+
+
+def test_api_errors_with_plain_text_bodies_are_api_errors() -> None:
+    """An unserved API group answers 404 with text, not a Status object."""
+    import http.server
+    import ssl
+    import threading
+
+    from admission.kubeapi import ApiError, Credentials, KubeClient
+    from webhook.tls import create_webhook_tls
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.send_header("Content-Length", "19")
+            self.end_headers()
+            self.wfile.write(b"404 page not found\n")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tls = create_webhook_tls(Path(tmp), ["127.0.0.1"])
+        server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(tls.cert, tls.key)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+        thread = threading.Thread(target=server.serve_forever)
+        thread.start()
+        ca = Path(tmp) / "ca.crt"
+        try:
+            creds = Credentials(f"https://127.0.0.1:{server.server_port}", str(ca), None, None)
+            with KubeClient(creds) as client, pytest.raises(ApiError) as error:
+                client.get("/apis/nope.example/v1/things")
+            assert error.value.status == 404
+            assert error.value.message == "404 page not found"
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join()

@@ -229,3 +229,50 @@ def test_configuration_selects_only_what_muster_manages() -> None:
         WebhookSettings(manage_jobs_without_queue_name=True), url="https://x"
     )
     assert all("objectSelector" not in h for h in everything["webhooks"])
+
+
+def test_json_patch_touches_only_the_paths_it_sets() -> None:
+    from webhook.review import json_patch
+
+    obj = {"metadata": {"name": "j", "labels": {"a": "1"}}, "spec": {"suspend": False}}
+    merge = {
+        "metadata": {"labels": {"muster.dev/queue": "gpu"}, "annotations": {"x/y": "1"}},
+        "spec": {"suspend": True, "template": {"metadata": {"labels": {"g": "j"}}}},
+    }
+    assert json_patch(obj, merge) == [
+        {"op": "add", "path": "/metadata/labels/muster.dev~1queue", "value": "gpu"},
+        {"op": "add", "path": "/metadata/annotations", "value": {"x/y": "1"}},
+        {"op": "replace", "path": "/spec/suspend", "value": True},
+        {"op": "add", "path": "/spec/template", "value": {"metadata": {"labels": {"g": "j"}}}},
+    ]
+    assert json_patch({"spec": {"suspend": True}}, {"spec": {"suspend": True}}) == []
+
+
+def test_review_response_allows_patches_and_refuses_bad_input() -> None:
+    import base64
+    import json
+
+    from webhook.review import WebhookState, review_response
+
+    state = WebhookState(queues={"gpu"})
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "u1", "operation": "CREATE", "namespace": "team-a", "object": job()},
+    }
+    answer = review_response(
+        review, path="muster-job-create", state=state, settings=SETTINGS, stamp=lambda: STAMP
+    )
+    response = answer["response"]
+    assert response["uid"] == "u1" and response["allowed"] is True
+    ops = json.loads(base64.b64decode(response["patch"]))
+    assert {"op": "add", "path": "/spec/suspend", "value": True} in ops
+
+    review["request"]["object"] = job(annotations={"muster.dev/min-members": "x"})
+    refused = review_response(
+        review, path="muster-job-create", state=state, settings=SETTINGS, stamp=lambda: STAMP
+    )["response"]
+    assert refused["allowed"] is False
+    assert refused["status"]["code"] == 400
+    assert "is not an integer" in refused["status"]["message"]
+    assert "patch" not in refused

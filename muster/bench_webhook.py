@@ -1,0 +1,206 @@
+"""`muster bench webhook`: what the webhook adds to Job-create latency.
+
+Against one apiserver, with `muster run --local` serving the webhook the whole time, rounds
+alternate between the MutatingWebhookConfiguration registered and removed, so both sides see
+the same apiserver, etcd and machine load. Every Job is created with `spec.suspend: true` so no
+pods are made in either case (the webhook still patches and stamps it). Each round waits until
+the apiserver demonstrably calls (or no longer calls) the webhook before measuring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from admission.kubeapi import ApiError, KubeClient
+from muster.run_command import CONFIG_PATH
+from policies.vocabulary import QUEUE, SUBMITTED
+from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
+
+NAMESPACE = "muster-bench-webhook"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("MUSTER_KUBECONFIG"),
+        help="cluster to measure (default: the running `muster` cluster, else a temporary one)",
+    )
+    parser.add_argument("--jobs", type=int, default=1000, help="Job creates per side")
+    parser.add_argument("--concurrency", type=int, default=50, help="parallel creators")
+    parser.add_argument("--rounds", type=int, default=4, help="alternating rounds per side")
+    parser.add_argument("--json", action="store_true", help="print one JSON line only")
+    parser.epilog = "example:\n  muster bench webhook --jobs 1000 --concurrency 50 --json"
+
+
+def _job(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {QUEUE: "bench"}},
+        "spec": {
+            "suspend": True,
+            "parallelism": 4,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox"}],
+                }
+            },
+        },
+    }
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * (len(sorted_values) - 1)))]
+
+
+class _Round:
+    def __init__(self, client: KubeClient, concurrency: int) -> None:
+        self.client = client
+        self.concurrency = concurrency
+        self.counter = 0
+        self.lock = threading.Lock()
+
+    def name(self) -> str:
+        with self.lock:
+            self.counter += 1
+            return f"b-{self.counter}"
+
+    def create(self) -> tuple[float, bool]:
+        body = _job(self.name())
+        started = time.perf_counter()
+        stored = self.client.create(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", body)
+        elapsed = time.perf_counter() - started
+        return elapsed, SUBMITTED in (stored["metadata"].get("annotations") or {})
+
+    def run(self, count: int) -> tuple[list[float], int]:
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            results = list(pool.map(lambda _: self.create(), range(count)))
+        return [r[0] for r in results], sum(1 for r in results if r[1])
+
+    def wait_until(self, webhook_active: bool, timeout: float = 30) -> None:
+        """Create probe Jobs until the apiserver's webhook view matches what we want."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            _, stamped = self.create()
+            if stamped == webhook_active:
+                return
+            time.sleep(0.2)
+        raise TimeoutError(
+            f"apiserver did not {'start' if webhook_active else 'stop'} calling the webhook"
+        )
+
+
+def _start_webhook(kubeconfig: Path, stack: ExitStack) -> dict[str, Any]:
+    """Start `muster run --local`; return the configuration it registered."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "muster.cli", "run", "--local", "--kubeconfig", str(kubeconfig)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+    def stop() -> None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    stack.callback(stop)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 90
+    for line in proc.stdout:
+        if "webhook ready" in line:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError("muster run --local did not become ready within 90s")
+    else:
+        raise RuntimeError("muster run --local exited before it was ready")
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    with KubeClient.from_kubeconfig(kubeconfig) as client:
+        return client.get(f"{CONFIG_PATH}/{WEBHOOK_CONFIG_NAME}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.jobs < args.rounds or args.concurrency < 1 or args.rounds < 1:
+        print("muster bench webhook: need --jobs >= --rounds >= 1 and --concurrency >= 1")
+        return 2
+    from simulator.bench_apiserver import bench_kubeconfig
+
+    with ExitStack() as stack:
+        kubeconfig = bench_kubeconfig(args.kubeconfig, stack, quiet=args.json)
+        client = stack.enter_context(KubeClient.from_kubeconfig(kubeconfig))
+        try:
+            client.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        stack.callback(client.delete, f"/api/v1/namespaces/{NAMESPACE}")
+        registered = _start_webhook(kubeconfig, stack)
+        config = {k: registered[k] for k in ("apiVersion", "kind", "webhooks")}
+        config["metadata"] = {"name": registered["metadata"]["name"]}
+        bench = _Round(client, args.concurrency)
+        per_round = args.jobs // args.rounds
+        samples: dict[str, list[float]] = {"with": [], "without": []}
+        bench.run(min(100, per_round))  # warm-up: connections, caches, webhook path
+        for round_no in range(args.rounds * 2):
+            side = "with" if round_no % 2 == 0 else "without"
+            if side == "with":
+                try:
+                    client.create(CONFIG_PATH, config)
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise
+            else:
+                client.delete(f"{CONFIG_PATH}/{WEBHOOK_CONFIG_NAME}")
+            bench.wait_until(webhook_active=side == "with")
+            latencies, stamped = bench.run(per_round)
+            expected = per_round if side == "with" else 0
+            if stamped != expected:
+                raise RuntimeError(
+                    f"round {round_no} ({side} webhook): {stamped}/{per_round} Jobs stamped"
+                )
+            samples[side].extend(latencies)
+            if not args.json:
+                lat = sorted(latencies)
+                p50, p99 = statistics.median(lat) * 1000, _percentile(lat, 0.99) * 1000
+                print(
+                    f"round {round_no + 1} {side:>7} webhook: p50 {p50:6.1f} ms  p99 {p99:6.1f} ms",
+                    flush=True,
+                )
+        # Leave the webhook unregistered: the server process stops with this command.
+        try:
+            client.delete(f"{CONFIG_PATH}/{WEBHOOK_CONFIG_NAME}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+    with_ = sorted(samples["with"])
+    without = sorted(samples["without"])
+    line = {
+        "bench": "webhook",
+        "jobs_per_side": len(with_),
+        "concurrency": args.concurrency,
+        "p50_ms_with": round(statistics.median(with_) * 1000, 2),
+        "p99_ms_with": round(_percentile(with_, 0.99) * 1000, 2),
+        "p50_ms_without": round(statistics.median(without) * 1000, 2),
+        "p99_ms_without": round(_percentile(without, 0.99) * 1000, 2),
+    }
+    line["p50_overhead_ms"] = round(line["p50_ms_with"] - line["p50_ms_without"], 2)
+    line["p99_overhead_ms"] = round(line["p99_ms_with"] - line["p99_ms_without"], 2)
+    print(json.dumps(line))
+    return 0

@@ -1,0 +1,141 @@
+"""An AdmissionReview in, an AdmissionReview response out: pure, like kopf's `build_response`.
+
+The JSON patch is built from the decision's merge patch along the paths it sets only, instead of
+deep-copying and diffing the whole object (what made kopf's generic path cost ~3 ms per call).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
+from webhook.decision import (
+    AdmissionRejected,
+    Decision,
+    WebhookSettings,
+    decide_job,
+    decide_minicluster,
+    is_minicluster_ref,
+)
+
+JsonPatch = list[dict[str, Any]]
+
+
+@dataclass
+class WebhookState:
+    """What the webhook knows of the cluster, kept current by watches: no API call per review."""
+
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    queues: set[str] | None = None
+    """Names of existing Queues; None when the Queue CRD is not installed (nothing to check)."""
+    minicluster_stamps: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def known_queues(self) -> Collection[str] | None:
+        return self.queues
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def json_patch(obj: Mapping[str, Any], merge: Mapping[str, Any], prefix: str = "") -> JsonPatch:
+    """JSON patch ops that apply `merge` (a merge patch with no deletions) to `obj`.
+
+    Walks only the keys in `merge`: a missing key is added whole, a mapping present on both
+    sides is descended into, any other value is replaced unless it is already equal.
+    """
+    ops: JsonPatch = []
+    for key, value in merge.items():
+        path = f"{prefix}/{_escape(key)}"
+        if key not in obj:
+            ops.append({"op": "add", "path": path, "value": value})
+        elif isinstance(value, Mapping) and isinstance(obj[key], Mapping):
+            ops.extend(json_patch(obj[key], value, path))
+        elif obj[key] != value:
+            ops.append({"op": "replace", "path": path, "value": value})
+    return ops
+
+
+def _response(
+    review: Mapping[str, Any],
+    *,
+    allowed: bool,
+    patch: JsonPatch | None = None,
+    warnings: Collection[str] = (),
+    message: str | None = None,
+    code: int | None = None,
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "uid": (review.get("request") or {}).get("uid", ""),
+        "allowed": allowed,
+    }
+    if warnings:
+        payload["warnings"] = list(warnings)
+    if patch:
+        payload["patchType"] = "JSONPatch"
+        payload["patch"] = base64.b64encode(json.dumps(patch).encode()).decode("ascii")
+    if message is not None:
+        payload["status"] = {"message": message, "code": code or 400}
+    return {
+        "apiVersion": review.get("apiVersion", "admission.k8s.io/v1"),
+        "kind": review.get("kind", "AdmissionReview"),
+        "response": payload,
+    }
+
+
+def review_response(
+    review: Mapping[str, Any],
+    *,
+    path: str,
+    state: WebhookState,
+    settings: WebhookSettings,
+    stamp: Callable[[], str],
+) -> dict[str, Any]:
+    """Answer one AdmissionReview sent to `/<path>` (JOB_PATH or MINICLUSTER_PATH)."""
+    request = review.get("request") or {}
+    obj: Mapping[str, Any] = request.get("object") or {}
+    namespace = request.get("namespace") or (obj.get("metadata") or {}).get("namespace") or ""
+    if request.get("operation") != "CREATE":
+        return _response(review, allowed=True)
+    namespace_labels = state.namespace_labels.get(namespace, {})
+    try:
+        decision: Decision
+        if path == JOB_PATH:
+            owner_stamp = None
+            for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+                if ref.get("controller") and is_minicluster_ref(ref):
+                    owner_stamp = state.minicluster_stamps.get((namespace, ref.get("name", "")))
+            decision = decide_job(
+                obj,
+                namespace=namespace,
+                namespace_labels=namespace_labels,
+                known_queues=state.known_queues(),
+                settings=settings,
+                stamp=stamp(),
+                owner_stamp=owner_stamp,
+            )
+        elif path == MINICLUSTER_PATH:
+            decision = decide_minicluster(
+                obj,
+                namespace=namespace,
+                namespace_labels=namespace_labels,
+                known_queues=state.known_queues(),
+                settings=settings,
+                stamp=stamp(),
+            )
+        else:
+            return _response(
+                review, allowed=False, message=f"muster has no webhook at /{path}", code=404
+            )
+    except AdmissionRejected as exc:
+        return _response(review, allowed=False, message=str(exc), code=400)
+    return _response(
+        review,
+        allowed=True,
+        patch=json_patch(obj, decision.patch),
+        warnings=decision.warnings,
+    )
