@@ -276,3 +276,15 @@ def test_review_response_allows_patches_and_refuses_bad_input() -> None:
     assert refused["status"]["code"] == 400
     assert "is not an integer" in refused["status"]["message"]
     assert "patch" not in refused
+
+
+def test_shipped_webhook_manifest_matches_the_builder() -> None:
+    from pathlib import Path
+
+    from webhook.configuration import render_manifest
+
+    shipped = Path(__file__).resolve().parents[2] / "manifests/base/webhook.yaml"
+    assert shipped.read_text() == render_manifest(), (
+        "manifests/base/webhook.yaml is stale: regenerate it with "
+        "python -m webhook.configuration > manifests/base/webhook.yaml"
+    )
