@@ -255,7 +255,7 @@ def test_review_response_allows_patches_and_refuses_bad_input() -> None:
     from webhook.review import WebhookState, review_response
 
     state = WebhookState(queues={"gpu"})
-    review = {
+    review: dict[str, Any] = {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {"uid": "u1", "operation": "CREATE", "namespace": "team-a", "object": job()},
