@@ -15,10 +15,13 @@ stops as soon as enough pods are placed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import floordiv, ge, itemgetter
 
 from policies.model import Node, Taint, Toleration, tolerated
+from policies.resources import Resources
 
 __all__ = ["UNLIMITED", "Cluster", "FitClass"]
 
@@ -33,7 +36,7 @@ class NodeGroup:
     nodes: list[int]  # node indices in the cluster's fit order
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class FitClass:
     """Gangs whose pods fit the same nodes: same per-pod request, one-pod-per-node flag and
     eligible nodes."""
@@ -47,8 +50,22 @@ class FitClass:
     room: int = -1  # pods of this class the free capacity holds, valid at room_version
     room_version: int = -1
     empty_room: int = -1  # pods of this class the empty cluster holds
-    # The last successful fits(): (version, pods, where), reused by place() if still current.
-    found: tuple[int, int, list[tuple[int, int]]] | None = None
+    # The last successful fits(): (version, pods wanted, pods found, where), reused by place()
+    # while no node in ``where`` changed: capacity only shrinks, so the nodes before and between
+    # them still have no room and first-fit would choose the same.
+    found: tuple[int, int, int, list[tuple[int, int]]] | None = None
+    # pick(free) = the free amounts of the requested resources, need = their per-pod requests
+    # (C-level per-node checks); pick is None when the class requests nothing.
+    pick: Callable[[Sequence[int]], tuple[int, ...]] | None = field(init=False, default=None)
+    need: tuple[int, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        nonzero = self.nonzero
+        if nonzero:
+            # itemgetter of one index returns a bare value: ask for it twice to get a tuple.
+            picked = nonzero if len(nonzero) > 1 else nonzero * 2
+            self.pick = itemgetter(*picked)
+            self.need = tuple(self.request[i] for i in picked)
 
 
 class Cluster:
@@ -56,12 +73,14 @@ class Cluster:
 
     __slots__ = (
         "_eligible",
-        "allocatable",
+        "_shapes",
         "capacity",
         "free",
         "groups",
         "names",
         "node_names",
+        "shape_of",
+        "touched",
         "version",
     )
 
@@ -78,36 +97,59 @@ class Cluster:
         self.capacity = [0] * len(names)  # total allocatable (DRF shares, size ratio)
         self.version = 0  # bumped on every placement
         self._eligible: dict[tuple[object, ...], list[int]] = {}
-        rows: list[tuple[list[int], str, list[int], int]] = []
+        rows: list[tuple[list[int], str, int, int]] = []
         group_of: dict[tuple[object, ...], int] = {}
         self.groups: list[NodeGroup] = []
+        # Nodes mostly share a few allocatable shapes: convert each distinct Resources once.
+        # Resources -> (allocatable vector, "pods" unlimited when not declared; shape id).
+        shape_of: dict[Resources, tuple[list[int], int]] = {}
+        shapes: list[list[int]] = []
+        per_shape: list[int] = []  # nodes of each shape
+        declared: list[list[int]] = []  # allocatable as declared, per shape (for capacity)
+        used_of: dict[Resources, list[int]] = {}
         for node in nodes:
             key = (tuple(sorted(node.labels.items())), node.taints)
             gid = group_of.get(key)
             if gid is None:
                 gid = group_of[key] = len(self.groups)
                 self.groups.append(NodeGroup(dict(node.labels), node.taints, []))
-            allocatable = [node.allocatable[name] for name in names]
-            for i, amount in enumerate(allocatable):
-                self.capacity[i] += amount
-            if pods is not None and "pods" not in node.allocatable:
-                allocatable[pods] = UNLIMITED
-            free = [a - node.used[name] for a, name in zip(allocatable, names, strict=True)]
+            shape = shape_of.get(node.allocatable)
+            if shape is None:
+                amounts = node.allocatable
+                vector = [amounts[name] for name in names]
+                declared.append(vector)
+                if pods is not None and "pods" not in amounts:
+                    vector = list(vector)
+                    vector[pods] = UNLIMITED
+                shape = shape_of[amounts] = (vector, len(shapes))
+                shapes.append(vector)
+                per_shape.append(0)
+            allocatable, sid = shape
+            per_shape[sid] += 1
+            used = used_of.get(node.used)
+            if used is None:
+                amounts = node.used
+                used = used_of[amounts] = [amounts[name] for name in names]
+            free = [a - u for a, u in zip(allocatable, used, strict=True)]
             taken = held.get(node.name)
             if taken is not None:
                 free = [f - t for f, t in zip(free, taken, strict=True)]
-            rows.append((free, node.name, allocatable, gid))
+            rows.append((free, node.name, sid, gid))
+        capacity = self.capacity
+        for vector, count in zip(declared, per_shape, strict=True):
+            for i, amount in enumerate(vector):
+                capacity[i] += amount * count
         # The fit order: least free first, then by name, so results do not depend on input order.
-        rows.sort(key=lambda row: (row[0], row[1]))
-        self.free: list[list[int]] = []
-        node_names: list[str] = []
-        self.allocatable: list[list[int]] = []
-        for n, (free, name, allocatable, gid) in enumerate(rows):
-            self.free.append(free)
-            node_names.append(name)
-            self.allocatable.append(allocatable)
-            self.groups[gid].nodes.append(n)
-        self.node_names = node_names
+        rows.sort(key=itemgetter(0, 1))
+        self.free: list[list[int]] = [row[0] for row in rows]
+        self.node_names = [row[1] for row in rows]
+        self.shape_of = [row[2] for row in rows]  # node index -> shape id (for empty_room())
+        self._shapes = shapes
+        groups = self.groups
+        for n, row in enumerate(rows):
+            groups[row[3]].nodes.append(n)
+        # touched[n]: the version at which node n's free capacity last changed.
+        self.touched = [0] * len(rows)
 
     def eligible(
         self, selector: Mapping[str, str], tolerations: tuple[Toleration, ...]
@@ -129,7 +171,22 @@ class Cluster:
     def empty_room(self, fit: FitClass) -> int:
         """How many pods of ``fit`` the whole cluster holds with nothing running."""
         if fit.empty_room < 0:
-            fit.empty_room = self._count(fit, self.allocatable, 0, UNLIMITED)[0]
+            # Per node shape: pods of ``fit`` one such node holds, times such eligible nodes.
+            shapes = self._shapes
+            request = fit.request
+            nonzero = fit.nonzero
+            per_node_cap = 1 if fit.one_pod_per_node else UNLIMITED
+            total = 0
+            for sid, count in Counter(map(self.shape_of.__getitem__, fit.nodes)).items():
+                allocatable = shapes[sid]
+                most = per_node_cap
+                for i in nonzero:
+                    pods = allocatable[i] // request[i]
+                    if pods < most:
+                        most = pods
+                if most > 0:
+                    total += most * count
+            fit.empty_room = min(total, UNLIMITED)
         return fit.empty_room
 
     def room(self, fit: FitClass) -> int:
@@ -142,21 +199,38 @@ class Cluster:
     def _count(
         self, fit: FitClass, capacity: list[list[int]], start: int, enough: int
     ) -> tuple[int, list[tuple[int, int]]]:
-        """Pods of ``fit`` that ``capacity`` holds on fit.nodes[start:], stopping at ``enough``;
-        and where (node index, pods)."""
-        request = fit.request
-        nonzero = fit.nonzero
-        per_node_cap = 1 if fit.one_pod_per_node else UNLIMITED
+        """Pods of ``fit`` that ``capacity`` holds on fit.nodes[start:], stopping at ``enough``
+        (at least 1); and where (node index, pods)."""
+        pick = fit.pick
+        need = fit.need
+        nodes = fit.nodes
         total = 0
         where: list[tuple[int, int]] = []
-        for n in fit.nodes[start:]:
-            free = capacity[n]
-            most = per_node_cap
-            for i in nonzero:
-                count = free[i] // request[i]
-                if count < most:
-                    most = count
+        if pick is None:  # requests nothing: every node holds a pod, or unlimited pods
+            most = 1 if fit.one_pod_per_node else UNLIMITED
+            for k in range(start, len(nodes)):
+                n = nodes[k]
+                if total + most >= enough:
+                    where.append((n, enough - total))
+                    return enough, where
+                total += most
+                where.append((n, most))
+            return total, where
+        if fit.one_pod_per_node:
+            for k in range(start, len(nodes)):
+                n = nodes[k]
+                if all(map(ge, pick(capacity[n]), need)):
+                    where.append((n, 1))
+                    total += 1
+                    if total >= enough:
+                        return enough, where
+            return total, where
+        for k in range(start, len(nodes)):
+            n = nodes[k]
+            most = min(map(floordiv, pick(capacity[n]), need))
             if most > 0:
+                if most > UNLIMITED:
+                    most = UNLIMITED
                 if total + most >= enough:
                     where.append((n, enough - total))
                     return enough, where
@@ -164,29 +238,29 @@ class Cluster:
                 where.append((n, most))
         return total, where
 
-    def fits(self, fit: FitClass, pods: int) -> bool:
-        """True if at least ``pods`` pods of ``fit`` fit now (stops counting there)."""
+    def fits(self, fit: FitClass, pods: int, want: int) -> bool:
+        """True if at least ``pods`` pods of ``fit`` fit now. Counts up to ``want`` (>= pods)
+        and keeps where they would go for ``place(fit, want, ...)``."""
         if fit.room_version == self.version:
             return fit.room >= pods
-        self._advance(fit)
-        found, where = self._count(fit, self.free, fit.cursor, pods)
+        found, where = self._find(fit, want)
         if found < pods:
             fit.room = found
             fit.room_version = self.version
             return False
-        fit.found = (self.version, pods, where)
+        fit.found = (self.version, want, found, where)
         return True
 
-    def place(self, fit: FitClass, want: int, at_least: int) -> dict[str, int] | None:
+    def place(self, fit: FitClass, want: int, at_least: int) -> tuple[dict[str, int], int] | None:
         """Place up to ``want`` pods of ``fit``, at least ``at_least``; None if fewer fit (then
-        ``room(fit)`` is up to date). Returns node name -> pods."""
+        ``room(fit)`` is up to date). Returns (node name -> pods, pods placed)."""
         if fit.room_version == self.version and fit.room < at_least:
             return None
-        if fit.found is not None and fit.found[0] == self.version and fit.found[1] == want:
-            found, where = want, fit.found[2]
+        cached = fit.found
+        if cached is not None and cached[1] == want and self._unchanged(cached[0], cached[3]):
+            found, where = cached[2], cached[3]
         else:
-            self._advance(fit)
-            found, where = self._count(fit, self.free, fit.cursor, want)
+            found, where = self._find(fit, want)
         if found < at_least:
             fit.room = found
             fit.room_version = self.version
@@ -195,28 +269,59 @@ class Cluster:
         nonzero = fit.nonzero
         names = self.node_names
         placement: dict[str, int] = {}
+        version = self.version = self.version + 1
+        touched = self.touched
+        free_of = self.free
         for n, pods in where:
-            free = self.free[n]
+            free = free_of[n]
             for i in nonzero:
                 free[i] -= request[i] * pods
             placement[names[n]] = pods
-        self.version += 1
-        return placement
+            touched[n] = version
+        return placement, found
 
-    def _advance(self, fit: FitClass) -> None:
-        """Move the cursor past nodes with no room for a pod of ``fit``."""
-        request = fit.request
-        nonzero = fit.nonzero
+    def _unchanged(self, version: int, where: list[tuple[int, int]]) -> bool:
+        """True if no node in ``where`` lost capacity after ``version``."""
+        touched = self.touched
+        return all(touched[n] <= version for n, _ in where)
+
+    def _find(self, fit: FitClass, enough: int) -> tuple[int, list[tuple[int, int]]]:
+        """Like ``_count(fit, self.free, fit.cursor, enough)``, moving the cursor past the nodes
+        with no room for a pod of ``fit`` on the way."""
+        pick = fit.pick
+        start = fit.cursor
+        if pick is None:  # every node has room
+            return self._count(fit, self.free, start, enough)
+        need = fit.need
         nodes = fit.nodes
         free_of = self.free
-        cursor = fit.cursor
+        total = 0
+        where: list[tuple[int, int]] = []
         end = len(nodes)
-        while cursor < end:
-            free = free_of[nodes[cursor]]
-            for i in nonzero:
-                if free[i] < request[i]:
-                    break
-            else:
-                break  # room for one pod here
-            cursor += 1
-        fit.cursor = cursor
+        if fit.one_pod_per_node:
+            for k in range(start, end):
+                n = nodes[k]
+                if all(map(ge, pick(free_of[n]), need)):
+                    if not total:
+                        fit.cursor = k
+                    where.append((n, 1))
+                    total += 1
+                    if total >= enough:
+                        return enough, where
+        else:
+            for k in range(start, end):
+                n = nodes[k]
+                most = min(map(floordiv, pick(free_of[n]), need))
+                if most > 0:
+                    if not total:
+                        fit.cursor = k
+                    if most > UNLIMITED:
+                        most = UNLIMITED
+                    if total + most >= enough:
+                        where.append((n, enough - total))
+                        return enough, where
+                    total += most
+                    where.append((n, most))
+        if not total:
+            fit.cursor = end
+        return total, where

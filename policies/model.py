@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 import networkx as nx
 
@@ -98,6 +98,30 @@ class SubmitStamp:
     name: str = ""
 
 
+# Gang.screen_key: queue, per-pod request as (resource, amount) pairs, one-pod-per-node, node
+# selector as sorted (key, value) pairs, tolerations as (key, operator, value, effect).
+ScreenKey = tuple[
+    str,
+    frozenset[tuple[str, int]],
+    bool,
+    tuple[tuple[str, str], ...],
+    tuple[tuple[str, str, str, str], ...],
+]
+_T = TypeVar("_T")
+# Equal screen keys (and per-pod requests) of different gangs are made the same object, so the
+# planner's dict lookups on them compare by identity. Bounded: cleared when it grows large.
+_CANONICAL: dict[object, object] = {}
+
+
+def _canonical(value: _T) -> _T:
+    found = _CANONICAL.get(value)
+    if found is None:
+        if len(_CANONICAL) >= 1 << 16:
+            _CANONICAL.clear()
+        _CANONICAL[value] = found = value
+    return found  # type: ignore[return-value]
+
+
 @dataclass(frozen=True, slots=True)
 class Gang:
     """The unit of admission: ``size`` identical pods admitted together (at least ``min``)."""
@@ -116,6 +140,10 @@ class Gang:
     kind: str = "Job"
     # Within-queue order (priority first, then submission), precomputed for the planner's sort.
     order_key: tuple[int, float, int, str] = field(init=False, repr=False, compare=False)
+    # Gangs of one queue with equal screen keys are screened and fitted alike (same queue, per-pod
+    # request, one-pod-per-node flag, node selector and tolerations). Plain tuples, strings and
+    # frozensets only, so hashing and comparing it stays in C.
+    screen_key: ScreenKey = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.size, int) or self.size < 1:
@@ -131,6 +159,20 @@ class Gang:
             )
         stamp = self.submitted
         object.__setattr__(self, "order_key", (-self.priority, stamp.time, stamp.seq, stamp.name))
+        requests = self.pod_requests
+        amounts = (
+            requests._amounts  # nonzero amounts only
+            if isinstance(requests, Resources)
+            else {name: amount for name, amount in requests.items() if amount}
+        )
+        key = (
+            self.queue,
+            _canonical(frozenset(amounts.items())),
+            self.one_pod_per_node,
+            tuple(sorted(self.node_selector.items())),
+            tuple((t.key, t.operator, t.value, t.effect) for t in self.tolerations),
+        )
+        object.__setattr__(self, "screen_key", _canonical(key))
 
     def __hash__(self) -> int:
         return hash(self.id)

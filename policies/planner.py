@@ -20,12 +20,21 @@ A plan, top to bottom:
 
 Within a plan, free capacity and quota headroom only shrink, so a gang passed over earlier in
 the plan would not fit later in the same plan: every gang is considered exactly once.
+
+Speed (issue 3; same decisions as the straightforward version, pinned by
+tests/unit/test_plan_regression.py): screening looks up what it needs once per queue and
+`Gang.screen_key` (gangs that differ only in size share a fit class, limits and size ratio
+threshold); the common gang (not elastic, not big, not never-fitting) costs one dict lookup and
+one tuple. Queue scans decide "quota short" once per (fit class, fewest pods) for as long as the
+queue's headroom is unchanged, and reuse the QuotaExhausted reason. Node fit keeps, per fit class,
+the last count and where the pods would go, valid while none of those nodes changed.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 
 from policies import reasons
 from policies.decisions import Admission, Decisions, Reason
@@ -44,8 +53,46 @@ def plan(snapshot: Snapshot, policy: str | AdmissionPolicy = "drf") -> Decisions
     return _Plan(snapshot, chosen).run()
 
 
-# A screened pending gang: the gang, its fit class, whether it is above its size ratio.
-_Entry = tuple[Gang, FitClass, bool]
+class _Class:
+    """What screening learns once per (leaf queue, fit class); `Gang.screen_key` names it."""
+
+    __slots__ = ("append", "big_above", "fit", "missing", "most", "reject", "small")
+
+    def __init__(
+        self,
+        fit: FitClass,
+        entries: list[_Entry] | None,
+        most: int,
+        big_above: float,
+        reject: bool,
+        missing: Reason | None = None,
+    ) -> None:
+        self.fit = fit
+        # Appends to the queue's screened gangs (shared by the queue's classes).
+        self.append = entries.append if entries is not None else _nowhere
+        self.most = most  # most pods ever admissible
+        self.big_above = big_above  # pods above which a gang is big
+        self.reject = reject  # big gangs are rejected (size ratio action Reject)
+        # A gang of at most this size is neither big nor never-fits (-1: not a leaf queue).
+        self.small = min(most, big_above) if missing is None else -1
+        self.missing = missing  # QueueNotFound reason when the queue is not a leaf
+
+
+_UNKNOWN = Reason("", "")  # not yet in a memo
+
+# The fit class of gangs whose queue is not a leaf (never used).
+_NO_FIT = FitClass(request=(), nonzero=(), one_pod_per_node=False, nodes=[], restricted=False)
+
+
+def _nowhere(entry: _Entry) -> None:  # pragma: no cover - gangs of a missing queue wait
+    raise AssertionError("a gang of a missing queue was queued")
+
+
+# A screened pending gang: its order key (priority, then submission), the gang, its fit class,
+# whether it is above its size ratio, the fewest pods it may start with now, and whether the
+# plain quota check for that many pods decides when it is short (not for an elastic gang that
+# may shrink later: it gets ElasticWaiting from the full check).
+_Entry = tuple[tuple[int, float, int, str], Gang, FitClass, bool, int, bool]
 
 
 class _Plan:
@@ -57,6 +104,7 @@ class _Plan:
         self.tree = snapshot.queues
         self.now = snapshot.now
         self.decisions = Decisions()
+        self.admitted = self.decisions.admitted
 
         # 1. Resources, free node capacity, quota usage.
         self.vectors: dict[Resources, tuple[int, ...]] = {}
@@ -75,7 +123,7 @@ class _Plan:
         self.quota = QuotaState(self.tree, self.names)
         for queue, vector, size in admitted_usage:
             if queue in self.tree:
-                self.quota.add(queue, [amount * size for amount in vector])
+                self.quota.add(queue, [(i, amount * size) for i, amount in enumerate(vector)])
         capacity = self.cluster.capacity
         self.inverse_capacity = [(i, 1.0 / c) for i, c in enumerate(capacity) if c > 0]
 
@@ -85,8 +133,13 @@ class _Plan:
         self.potential: dict[str, list[float]] = {}
         # Many waiting gangs of a queue share a message; build each once.
         self.quota_reasons: dict[tuple[str, int, float, float], Reason] = {}
+        # Per leaf: quota headroom -> ((fit class, pods) -> QuotaExhausted or None); see _scan.
+        self.short_memo: dict[
+            str, tuple[list[float], dict[tuple[FitClass, int], Reason | None]]
+        ] = {}
 
         # Size ratio state.
+        self.bigs: dict[str, list[_Entry]] = {}  # leaf -> its big gangs (screening order)
         self.blocker: str | None = None  # a big gang admitted and not yet running
         self.holder: Gang | None = None  # the oldest big gang: younger gangs keep off its nodes
         self.reserved: frozenset[int] = frozenset()  # node indices
@@ -96,15 +149,13 @@ class _Plan:
     def _resource_names(self) -> list[str]:
         snapshot = self.snapshot
         seen: dict[str, None] = {}
-        for node in snapshot.nodes:
-            seen.update(dict.fromkeys(node.allocatable))
-        requests: dict[Resources, None] = {}
-        for gang in snapshot.pending:
-            requests[gang.pod_requests] = None
-        for admitted in snapshot.admitted:
-            requests[admitted.gang.pod_requests] = None
+        for allocatable in {node.allocatable for node in snapshot.nodes}:
+            seen.update(dict.fromkeys(allocatable))
+        # Per-pod requests as frozensets of (resource, amount) (see Gang.screen_key).
+        requests = {gang.screen_key[1] for gang in snapshot.pending}
+        requests.update(admitted.gang.screen_key[1] for admitted in snapshot.admitted)
         for request in requests:
-            seen.update(dict.fromkeys(request))
+            seen.update(dict.fromkeys(name for name, _ in request))
         for queue in self.tree:
             seen.update(dict.fromkeys(queue.nominal or ()))
         names = sorted(seen)
@@ -125,15 +176,8 @@ class _Plan:
     def _fit_class(self, gang: Gang) -> FitClass:
         selector = gang.node_selector
         tolerations = gang.tolerations
-        if selector:
-            key: tuple[object, ...] = (
-                gang.pod_requests,
-                gang.one_pod_per_node,
-                tuple(sorted(selector.items())),
-                tolerations,
-            )
-        else:
-            key = (gang.pod_requests, gang.one_pod_per_node, tolerations)
+        # Per-pod request, one-pod-per-node, node selector, tolerations.
+        key = gang.screen_key[1:]
         fit = self.classes.get(key)
         if fit is None:
             request = self._vector(gang.pod_requests)
@@ -175,7 +219,7 @@ class _Plan:
     def run(self) -> Decisions:
         queued = self._screen()  # 2.
         for entries in queued.values():  # 3.
-            entries.sort(key=_order)
+            entries.sort(key=_order)  # stable: ties keep snapshot order
         self._size_ratio_state(queued)  # 4.
         self._admit(queued)  # 5. and 6.
         return self.decisions
@@ -185,40 +229,65 @@ class _Plan:
         tree = self.tree
         pending = self.decisions.pending
         rejected = self.decisions.rejected
+        now = self.now
         queued: dict[str, list[_Entry]] = {}
-        # (queue, fit class) -> (most pods ever admissible, pods above which a gang is big)
-        limits: dict[tuple[str, int], tuple[int, float]] = {}
-        fit_class = self._fit_class
+        classes: dict[tuple[object, ...], _Class] = {}
+        get = classes.get
         for gang in self.snapshot.pending:
-            leaf = gang.queue
-            entries = queued.get(leaf)
-            if entries is None:
-                if not tree.is_leaf(leaf):
-                    pending[gang.id] = self._queue_not_found(leaf)
-                    continue
-                entries = queued[leaf] = []
-            fit = fit_class(gang)
-            key = (leaf, id(fit))
-            limit = limits.get(key)
-            if limit is None:
-                limit = limits[key] = self._limits(tree.queues[leaf], fit)
-            most, big_above = limit
-            minimum = gang.size if gang.min_size is None else gang.min_size
-            if minimum > most:
+            info = get(gang.screen_key)
+            if info is None:
+                info = classes[gang.screen_key] = self._class(gang, queued)
+            size = gang.size
+            minimum = gang.min_size
+            if minimum is None and size <= info.small:  # the common case: nothing to decide
+                info.append((gang.order_key, gang, info.fit, False, size, True))
+                continue
+            if info.missing is not None:
+                pending[gang.id] = info.missing
+                continue
+            fit = info.fit
+            if minimum is None:
+                minimum = floor = size
+                quick = True
+            elif now - gang.submitted.time >= gang.elastic_after:
+                floor = minimum
+                quick = True
+            else:
+                floor = size
+                quick = minimum >= size
+            if minimum > info.most:
                 rejected[gang.id] = self._never_fits(gang, fit, minimum)
-            elif gang.size > big_above:
+                continue
+            big = size > info.big_above
+            if big and info.reject:
+                leaf = gang.queue
                 ratio = tree.queues[leaf].size_ratio
                 assert ratio is not None
-                if ratio.action == "Reject":
-                    per_pod, limiting = self.dominant[id(fit)]
-                    rejected[gang.id] = reasons.size_ratio_rejected(
-                        leaf, self.names[limiting], per_pod * gang.size, ratio.ratio
-                    )
-                else:
-                    entries.append((gang, fit, True))
-            else:
-                entries.append((gang, fit, False))
+                per_pod, limiting = self.dominant[id(fit)]
+                rejected[gang.id] = reasons.size_ratio_rejected(
+                    leaf, self.names[limiting], per_pod * size, ratio.ratio
+                )
+                continue
+            entry = (gang.order_key, gang, fit, big, floor, quick)
+            info.append(entry)
+            if big:
+                self.bigs.setdefault(gang.queue, []).append(entry)
         return {leaf: entries for leaf, entries in queued.items() if entries}
+
+    def _class(self, gang: Gang, queued: dict[str, list[_Entry]]) -> _Class:
+        """Screening facts for gangs like ``gang`` in its queue (see `_Class`)."""
+        leaf = gang.queue
+        entries = queued.get(leaf)
+        if entries is None:
+            if not self.tree.is_leaf(leaf):
+                return _Class(_NO_FIT, None, 0, INF, False, self._queue_not_found(leaf))
+            entries = queued[leaf] = []
+        fit = self._fit_class(gang)
+        queue = self.tree.queues[leaf]
+        most, big_above = self._limits(queue, fit)
+        ratio = queue.size_ratio
+        reject = ratio is not None and ratio.action == "Reject"
+        return _Class(fit, entries, most, big_above, reject)
 
     def _limits(self, queue: Queue, fit: FitClass) -> tuple[int, float]:
         """For gangs of ``fit`` in ``queue``: the most pods the empty cluster and the queue's
@@ -276,9 +345,11 @@ class _Plan:
             self.blocker = min(waiting)[1]
             return
         oldest: tuple[SubmitStamp, Gang, FitClass] | None = None
-        for entries in queued.values():
-            for gang, fit, big in entries:
-                if big and (oldest is None or gang.submitted < oldest[0]):
+        bigs = self.bigs
+        for leaf in queued:
+            # The queue's big gangs, in queue order (a stable sort, like the queue's).
+            for _, gang, fit, _, _, _ in sorted(bigs.get(leaf, ()), key=_order):
+                if oldest is None or gang.submitted < oldest[0]:
                     oldest = (gang.submitted, gang, fit)
         if oldest is None:
             return
@@ -327,68 +398,80 @@ class _Plan:
             self._admit_eagerly(queued)
             return
         consider = self._consider
+        scan = self._scan
         share = self._share
+        strict = {leaf: self.policy.blocking(queues[leaf]) == "queue" for leaf in queued}
         position: dict[str, int] = {}
         heap: list[tuple[tuple[float | int | str, ...], str]] = []
+        heappush = heapq.heappush
 
         def push_next(leaf: str, at: int) -> None:
             entries = queued[leaf]
-            at = self._scan(entries, at, queues[leaf])
+            queue = queues[leaf]
+            at = scan(entries, at, queue, strict[leaf])
             if at < len(entries):
                 position[leaf] = at
-                gang, fit, _ = entries[at]
-                heapq.heappush(heap, (head_key(gang, queues[leaf], share(leaf, gang, fit)), leaf))
+                entry = entries[at]
+                gang = entry[1]
+                heappush(heap, (head_key(gang, queue, share(leaf, gang, entry[2])), leaf))
 
         for leaf in queued:
             push_next(leaf, 0)
         pending = self.decisions.pending
+        heappop = heapq.heappop
         while heap:
-            _, leaf = heapq.heappop(heap)
+            _, leaf = heappop(heap)
             entries = queued[leaf]
             at = position[leaf]
-            gang, fit, big = entries[at]
-            queue = queues[leaf]
-            reason = consider(gang, fit, big, queue, True)
+            _, gang, fit, big, _, _ = entries[at]
+            reason = consider(gang, fit, big, queues[leaf], True)
             if reason is not None:
                 pending[gang.id] = reason
-                if self.policy.blocking(queue) == "queue":
+                if strict[leaf]:
                     self._block(entries, at + 1, gang)
                     continue
             push_next(leaf, at + 1)
 
-    def _scan(self, entries: list[_Entry], at: int, queue: Queue) -> int:
+    def _scan(self, entries: list[_Entry], at: int, queue: Queue, strict: bool) -> int:
         """The index of the first gang from ``at`` on that could be admitted now; records why
         the ones before it cannot."""
         pending = self.decisions.pending
         consider = self._consider
-        strict = self.policy.blocking(queue) == "queue"
         leaf = queue.name
-        now = self.now
         # Nothing is admitted during a scan, so the queue's quota headroom is fixed: most gangs
-        # of a queue that used its quota are turned down here without the full check.
+        # of a queue that used its quota are turned down here without the full check, once per
+        # group of gangs that need the same quota (same fit class and smallest size).
         available = self.quota.available(leaf)
         end = len(entries)
+        # Per fit class and floor, the QuotaExhausted reason (None: quota suffices) for this
+        # headroom, kept while the headroom is unchanged (the same list from available()).
+        memo = self.short_memo.get(leaf)
+        if memo is None or memo[0] is not available:
+            memo = self.short_memo[leaf] = (available, {})
+        known = memo[1]
+        quota_reason = self._quota_reason
         while at < end:
-            gang, fit, big = entries[at]
-            size = gang.size
-            floor = size
-            if gang.min_size is not None and now - gang.submitted.time >= gang.elastic_after:
-                floor = gang.min_size
-            request = fit.request
-            short = False
-            for i in fit.nonzero:
-                if available[i] < request[i] * floor:
-                    short = True
-                    break
-            # Short even at its smallest allowed size, and not an elastic gang that could shrink
-            # later (those get ElasticWaiting from the full check).
-            if short and (floor < size or gang.min_size is None or gang.min_size >= size):
-                reason = self._quota_reason(leaf, fit, floor, available)
+            _, gang, fit, big, floor, quick = entries[at]
+            if quick:
+                key = (fit, floor)
+                reason = known.get(key, _UNKNOWN)
+                if reason is _UNKNOWN:
+                    reason = None
+                    request = fit.request
+                    for i in fit.nonzero:
+                        if available[i] < request[i] * floor:
+                            reason = quota_reason(leaf, fit, floor, available)
+                            break
+                    known[key] = reason
+                # Short even at its smallest allowed size: no need for the full check.
+                if reason is None:
+                    reason = consider(gang, fit, big, queue, False)
+                    if reason is None:
+                        return at
             else:
-                checked = consider(gang, fit, big, queue, False)
-                if checked is None:
+                reason = consider(gang, fit, big, queue, False)
+                if reason is None:
                     return at
-                reason = checked
             pending[gang.id] = reason
             if strict:
                 self._block(entries, at + 1, gang)
@@ -399,8 +482,8 @@ class _Plan:
     def _block(self, entries: list[_Entry], at: int, head: Gang) -> None:
         blocked = reasons.strict_fifo_blocked(head.id)
         pending = self.decisions.pending
-        for later, _, _ in entries[at:]:
-            pending[later.id] = blocked
+        for entry in entries[at:]:
+            pending[entry[1].id] = blocked
 
     def _admit_eagerly(self, queued: dict[str, list[_Entry]]) -> None:
         """Steps 5 and 6 for policies where one head may block every queue: every head takes
@@ -413,14 +496,14 @@ class _Plan:
         position = dict.fromkeys(queued, 0)
         heap: list[tuple[tuple[float | int | str, ...], str]] = []
         for leaf, entries in queued.items():
-            gang, fit, _ = entries[0]
+            _, gang, fit, _, _, _ = entries[0]
             heap.append((head_key(gang, queues[leaf], share(leaf, gang, fit)), leaf))
         heapq.heapify(heap)
         while heap:
             _, leaf = heapq.heappop(heap)
             entries = queued[leaf]
             at = position[leaf]
-            gang, fit, big = entries[at]
+            _, gang, fit, big, _, _ = entries[at]
             queue = queues[leaf]
             reason = self._consider(gang, fit, big, queue, True)
             at += 1
@@ -431,15 +514,15 @@ class _Plan:
                     blocked = reasons.strict_fifo_blocked(gang.id)
                     position[leaf] = at
                     for name in sorted(position):
-                        for later, _, _ in queued[name][position[name] :]:
-                            pending[later.id] = blocked
+                        for entry in queued[name][position[name] :]:
+                            pending[entry[1].id] = blocked
                     return
                 if blocking == "queue":
                     self._block(entries, at, gang)
                     at = len(entries)
             if at < len(entries):
                 position[leaf] = at
-                gang, fit, _ = entries[at]
+                _, gang, fit, _, _, _ = entries[at]
                 heapq.heappush(heap, (head_key(gang, queue, share(leaf, gang, fit)), leaf))
             else:
                 del position[leaf]
@@ -464,9 +547,13 @@ class _Plan:
             return reasons.size_ratio_serialized(self.blocker)
         leaf = queue.name
         size = gang.size
-        minimum = size if gang.min_size is None else gang.min_size
-        elastic_now = minimum < size and self.now - gang.submitted.time >= gang.elastic_after
-        floor = minimum if elastic_now else size
+        minimum = gang.min_size
+        if minimum is None:
+            minimum = floor = size
+            elastic_now = False
+        else:
+            elastic_now = minimum < size and self.now - gang.submitted.time >= gang.elastic_after
+            floor = minimum if elastic_now else size
 
         # Quota: how many pods the queue may still take.
         available = self.quota.available(leaf)
@@ -492,24 +579,22 @@ class _Plan:
         holder = self.holder
         if holder is not None and gang is not holder and holder.submitted < gang.submitted:
             usable = self._restricted(fit)
+        cluster = self.cluster
         if admit:
-            placement = self.cluster.place(usable, most, floor)
-        elif self.cluster.fits(usable, floor):
+            placed = cluster.place(usable, most, floor)
+            if placed is not None:
+                placement = placed[0]
+                self._record(gang, fit, big, leaf, sum(placement.values()), placement)
+                return None
+        elif cluster.fits(usable, floor, most):
             return None
-        else:
-            placement = None
-        if placement is None:
-            room = self.cluster.room(usable)
-            if usable is not fit and self.cluster.room(fit) >= floor:
-                assert holder is not None
-                return reasons.reserved_for_older(holder.id)
-            if minimum < size and not elastic_now and room >= minimum:
-                return self._elastic_waiting(gang, room)
-            return reasons.no_fit(
-                floor, gang.pod_requests, fit.one_pod_per_node, room, fit.restricted
-            )
-        self._record(gang, fit, big, leaf, sum(placement.values()), placement)
-        return None
+        room = cluster.room(usable)
+        if usable is not fit and cluster.room(fit) >= floor:
+            assert holder is not None
+            return reasons.reserved_for_older(holder.id)
+        if minimum < size and not elastic_now and room >= minimum:
+            return self._elastic_waiting(gang, room)
+        return reasons.no_fit(floor, gang.pod_requests, fit.one_pod_per_node, room, fit.restricted)
 
     def _quota_reason(
         self, leaf: str, fit: FitClass, pods: int, available: Sequence[float]
@@ -536,8 +621,9 @@ class _Plan:
     def _record(
         self, gang: Gang, fit: FitClass, big: bool, leaf: str, size: int, placement: dict[str, int]
     ) -> None:
-        self.quota.add(leaf, [amount * size for amount in fit.request])
-        self.decisions.admitted.append(Admission(gang.id, leaf, size, placement))
+        request = fit.request
+        self.quota.add(leaf, [(i, request[i] * size) for i in fit.nonzero])
+        self.admitted.append(Admission(gang.id, leaf, size, placement))
         if big:
             self.blocker = gang.id
         if gang is self.holder:
@@ -545,5 +631,4 @@ class _Plan:
             self.holder = None
 
 
-def _order(entry: _Entry) -> tuple[int, float, int, str]:
-    return entry[0].order_key
+_order = itemgetter(0)  # an entry's order key

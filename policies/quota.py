@@ -20,7 +20,7 @@ are lists indexed like the planner's resource names; amounts are ints, "unlimite
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import networkx as nx
 
@@ -37,6 +37,8 @@ class QuotaState:
 
     __slots__ = (
         "_available_cache",
+        "_down",
+        "_up",
         "borrowing",
         "governed",
         "guaranteed",
@@ -90,51 +92,81 @@ class QuotaState:
                 for r in names
             ]
             self.usage[name] = [0.0] * width
+        # Per queue, what available() reads: per governed resource i, the root's subtree quota,
+        # the root's usage list, and top-down for each level below the root: (its subtree minus
+        # guaranteed quota, guaranteed quota, usage list, borrowing limit) for resource i.
+        # And for add(): bottom-up (usage list, guaranteed quota vector) of the whole path.
+        self._down: dict[
+            str,
+            list[tuple[int, float, list[float], list[tuple[float, float, list[float], float]]]],
+        ] = {}
+        self._up: dict[str, list[tuple[list[float], list[float]]]] = {}
+        for name, path in self.path.items():
+            root = path[-1]
+            below = list(reversed(path[:-1]))
+            self._down[name] = [
+                (
+                    i,
+                    self.subtree[root][i],
+                    self.usage[root],
+                    [
+                        (
+                            self.subtree[q][i] - self.guaranteed[q][i],
+                            self.guaranteed[q][i],
+                            self.usage[q],
+                            self.borrowing[q][i],
+                        )
+                        for q in below
+                    ],
+                )
+                for i in self.governed.get(root, ())
+            ]
+            self._up[name] = [(self.usage[q], self.guaranteed[q]) for q in path]
 
-    def add(self, queue: str, demand: Sequence[int]) -> None:
-        """Account ``demand`` to ``queue`` and roll the borrowed part up to the root."""
-        path = self.path[queue]
-        root = path[-1]
-        for i, amount in enumerate(demand):
+    def add(self, queue: str, demand: Iterable[tuple[int, int]]) -> None:
+        """Account ``demand`` ((resource index, amount) pairs) to ``queue`` and roll the
+        borrowed part up to the root."""
+        up = self._up[queue]
+        for i, amount in demand:
             if not amount:
                 continue
             delta: float = amount
-            for name in path:
-                usage = self.usage[name]
+            for usage, guaranteed_of in up:
                 before = usage[i]
                 after = before + delta
                 usage[i] = after
-                guaranteed = self.guaranteed[name][i]
+                guaranteed = guaranteed_of[i]
                 # What this level draws from its parent changes by the part above guaranteed.
                 above_after = after - guaranteed if after > guaranteed else 0.0
                 above_before = before - guaranteed if before > guaranteed else 0.0
                 delta = above_after - above_before
                 if not delta:
                     break
+        root = self.path[queue][-1]
         self.version[root] = self.version.get(root, 0) + 1
 
     def available(self, queue: str) -> list[float]:
-        """What ``queue`` can still take, per resource (``inf`` where not limited)."""
+        """What ``queue`` can still take, per resource (``inf`` where not limited).
+
+        The list is shared and must not be changed; it is the same list until some usage in
+        the queue's tree changes (callers may cache by identity)."""
         path = self.path[queue]
         root = path[-1]
         version = self.version.get(root, 0)
         cached = self._available_cache.get(queue)
         if cached is not None and cached[0] == version:
             return cached[1]
-        width = len(self.usage[queue])
-        result = [INF] * width
-        top_down = path[::-1]
-        for i in self.governed.get(root, ()):
-            left = self.subtree[root][i] - self.usage[root][i]
-            for name in top_down[1:]:
-                guaranteed = self.guaranteed[name][i]
-                usage = self.usage[name][i]
-                limit = self.borrowing[name][i]
+        result = [INF] * len(self.usage[queue])
+        for i, root_subtree, root_usage, levels in self._down[queue]:
+            left = root_subtree - root_usage[i]
+            for in_parent, guaranteed, usage_of, limit in levels:
+                usage = usage_of[i]
                 if limit != INF:
-                    in_parent = self.subtree[name][i] - guaranteed
-                    used_in_parent = max(0.0, usage - guaranteed)
-                    left = min(left, in_parent - used_in_parent + limit)
-                left = max(0.0, guaranteed - usage) + left
+                    used_in_parent = usage - guaranteed if usage > guaranteed else 0.0
+                    most = in_parent - used_in_parent + limit
+                    if most < left:
+                        left = most
+                left = (guaranteed - usage if guaranteed > usage else 0.0) + left
             result[i] = left
         self._available_cache[queue] = (version, result)
         return result

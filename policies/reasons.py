@@ -6,6 +6,7 @@ One function per reason code, so the wording lives in one place and tests can pi
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 from policies.decisions import Reason
 from policies.resources import Resources, format_quantity
@@ -27,7 +28,11 @@ _RESTRICTED = " matching its node selector and tolerations"
 
 
 def _amount(resource: str, amount: float) -> str:
-    return format_quantity(resource, int(max(amount, 0)))
+    return _format(resource, int(max(amount, 0)))
+
+
+# Plans format the same few amounts (per-pod requests times gang sizes) over and over.
+_format = lru_cache(maxsize=4096)(format_quantity)
 
 
 def quota_exhausted(queue: str, resource: str, needs: float, available: float) -> Reason:

@@ -1,0 +1,127 @@
+"""policies.plan decides exactly as before its speed-ups (issue 3).
+
+The expected digests were computed by the planner as it was before the performance work: the
+same admissions in the same order with the same placements, and the same reason (code and
+message) for every other gang. A change here means a change of decisions, not of speed: if it
+is intended, say so in the commit and recompute the digests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+import pytest
+
+from policies import (
+    AdmittedGang,
+    Decisions,
+    Gang,
+    Queue,
+    QueueTree,
+    SizeRatio,
+    Snapshot,
+    SubmitStamp,
+    plan,
+)
+from simulator.bench_plan import build_snapshot
+
+
+def _digest(decisions: Decisions) -> str:
+    data = {
+        "admitted": [
+            [a.gang_id, a.queue, a.size, sorted(a.placement.items())] for a in decisions.admitted
+        ],
+        "pending": list(decisions.pending.items()),
+        "rejected": list(decisions.rejected.items()),
+    }
+    return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
+
+
+def _mixed(snapshot: Snapshot) -> Snapshot:
+    """The bench snapshot with every rule in play: size ratio Serialize and Reject, a queue
+    without node fit, gangs naming a cohort or an unknown queue, a big gang admitted and not
+    running yet (so big gangs wait behind it)."""
+    queues: list[Queue] = []
+    for i, queue in enumerate(snapshot.queues):
+        if queue.parent is None:
+            queues.append(queue)
+        elif i % 7 == 0:
+            queues.append(dataclasses.replace(queue, size_ratio=SizeRatio(0.01, "Reject")))
+        elif i % 7 == 1:
+            queues.append(dataclasses.replace(queue, size_ratio=SizeRatio(0.005)))
+        elif i % 11 == 0:
+            queues.append(dataclasses.replace(queue, node_fit=False))
+        else:
+            queues.append(queue)
+    pending = list(snapshot.pending)
+    for k in range(0, len(pending), 97):
+        target = "cohort-0" if k % 2 else "no-such-queue"
+        pending[k] = dataclasses.replace(pending[k], queue=target)
+    return dataclasses.replace(snapshot, queues=QueueTree.build(queues), pending=pending)
+
+
+def _blocked(snapshot: Snapshot) -> Snapshot:
+    """A big gang admitted a moment ago and not running: big gangs are serialized behind it."""
+    first = snapshot.pending[0]
+    big = Gang(
+        "running/big",
+        "q001",
+        first.pod_requests,
+        64,
+        submitted=SubmitStamp(-10.0, 0, "big"),
+    )
+    admitted = [*snapshot.admitted, AdmittedGang(big, 64, {}, snapshot.now - 5.0)]
+    return dataclasses.replace(snapshot, admitted=admitted)
+
+
+EXPECTED = {
+    ("plain", 1, "drf"): "0a017c318fd76260",
+    ("plain", 1, "fifo"): "56e1088583072d7d",
+    ("plain", 1, "strict-fifo"): "8a73901b70fbadc6",
+    ("plain", 2, "drf"): "f1821f9ab797a5fc",
+    ("plain", 2, "fifo"): "156288d246a5c059",
+    ("plain", 2, "strict-fifo"): "17c949c9ceb12480",
+    ("plain", 3, "drf"): "a35b53f813b44970",
+    ("plain", 3, "fifo"): "59931e9345002cd7",
+    ("plain", 3, "strict-fifo"): "add47dec6b752062",
+    ("mixed", 1, "drf"): "3370e988a87fd656",
+    ("mixed", 1, "fifo"): "c577196538769ac3",
+    ("mixed", 1, "strict-fifo"): "ba15aa7b176fd4c1",
+    ("mixed", 2, "drf"): "c615ef64bbdba51c",
+    ("mixed", 2, "fifo"): "25d1c94d0798a65b",
+    ("mixed", 2, "strict-fifo"): "55c9e11cb872aaf5",
+    ("mixed", 3, "drf"): "afbf42b74e7a13d4",
+    ("mixed", 3, "fifo"): "2666139502227b57",
+    ("mixed", 3, "strict-fifo"): "d1a5a530a1cdecc9",
+    ("blocked", 1, "drf"): "7cc87f08a7766c9f",
+    ("blocked", 1, "fifo"): "4f38ef9d43406e57",
+    ("blocked", 1, "strict-fifo"): "49c280a28874d616",
+    ("blocked", 2, "drf"): "40e0ec2230cd2241",
+    ("blocked", 2, "fifo"): "da4a92508e2be743",
+    ("blocked", 2, "strict-fifo"): "f4b3902e6dd8049e",
+    ("blocked", 3, "drf"): "31046433a9591a1a",
+    ("blocked", 3, "fifo"): "a0918246add9b518",
+    ("blocked", 3, "strict-fifo"): "49bbdb16cebb7d38",
+    ("bench", 1, "drf"): "95364248f4ff97af",
+    ("bench", 1, "fifo"): "e86e50da4bff27ff",
+    ("bench", 1, "strict-fifo"): "471137304118a444",
+}
+
+
+def _snapshot(variant: str, seed: int) -> Snapshot:
+    if variant == "bench":  # the benchmark's own snapshot at 10k pending
+        return build_snapshot(10_000, 1_000, 100, seed)
+    snapshot = build_snapshot(600, 60, 20, seed)
+    if variant == "mixed":
+        return _mixed(snapshot)
+    if variant == "blocked":
+        return _blocked(snapshot)
+    return snapshot
+
+
+@pytest.mark.parametrize(("variant", "seed", "policy"), sorted(EXPECTED))
+def test_decisions_unchanged(variant: str, seed: int, policy: str) -> None:
+    decisions = plan(_snapshot(variant, seed), policy)
+    assert _digest(decisions) == EXPECTED[variant, seed, policy]
