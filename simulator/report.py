@@ -1,0 +1,464 @@
+"""Simulation outputs: summary.json, gangs.csv, queues.csv, PNG plots and report.html.
+
+`summarize` turns one `EngineResult` into the summary figures (defined in docs/simulator.md);
+`write_outputs` writes every file for one or two engine runs of the same trace. matplotlib is
+imported only inside the plotting functions (Agg backend, no display needed).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from simulator.engine import (
+    FAILED,
+    FINISHED,
+    STATE_NAMES,
+    STUCK,
+    EngineResult,
+    GangRecord,
+    Sample,
+)
+from simulator.trace import Trace
+
+ENGINE_LABELS = {"none": "none (pod-level scheduler)", "muster": "muster (gang admission)"}
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) with linear interpolation between order statistics."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    low = math.floor(position)
+    high = math.ceil(position)
+    fraction = position - low
+    return ordered[low] + (ordered[high] - ordered[low]) * fraction
+
+
+def _wait(record: GangRecord) -> float | None:
+    if record.started is None:
+        return None
+    return record.started - record.submitted
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _wait_stats(records: Sequence[GangRecord]) -> dict[str, Any]:
+    waits = [w for r in records if (w := _wait(r)) is not None]
+    return {
+        "gangs": len(records),
+        "started": len(waits),
+        "finished": sum(1 for r in records if r.state == FINISHED),
+        "failed": sum(1 for r in records if r.state == FAILED),
+        "stuck": sum(1 for r in records if r.state == STUCK),
+        "wait_mean_s": _round(sum(waits) / len(waits)) if waits else None,
+        "wait_p50_s": _round(percentile(waits, 50)),
+        "wait_p95_s": _round(percentile(waits, 95)),
+        "wait_max_s": _round(max(waits)) if waits else None,
+    }
+
+
+def summarize(result: EngineResult) -> dict[str, Any]:
+    """The summary figures of one engine run (keys documented in docs/simulator.md)."""
+    gangs = result.gangs
+    stuck = sum(1 for r in gangs if r.state == STUCK)
+    final_times = [r.finished for r in gangs if r.finished is not None]
+    final_times.extend(r.admitted_at or r.submitted for r in gangs if r.state == FAILED)
+    makespan = None
+    if not stuck and gangs:
+        makespan = max(final_times, default=result.first_submit) - result.first_submit
+    overall = _wait_stats(gangs)
+    summary: dict[str, Any] = {
+        "admission": result.admission,
+        "seed": result.seed,
+        "gangs": len(gangs),
+        "pods": sum(r.gang.size for r in gangs),
+        "finished": overall["finished"],
+        "failed": overall["failed"],
+        "stuck_gangs": stuck,
+        "admitted": sum(1 for r in gangs if r.first_admitted is not None),
+        "clogs": sum(r.clogs for r in gangs),
+        "evictions": sum(r.evictions for r in gangs),
+        "makespan_s": _round(makespan),
+        "end_s": _round(result.end - result.first_submit),
+        "utilization_resource": result.utilization_resource,
+        "utilization_mean": _round(result.utilization_mean, 4),
+        "allocation_mean": _round(result.allocation_mean, 4),
+        "fairness_error": _round(result.fairness_error, 4),
+        "wait_mean_s": overall["wait_mean_s"],
+        "wait_p50_s": overall["wait_p50_s"],
+        "wait_p95_s": overall["wait_p95_s"],
+        "wait_max_s": overall["wait_max_s"],
+        "queues": {
+            name: _wait_stats([r for r in gangs if r.queue == q])
+            for q, name in enumerate(result.queues)
+        },
+        "events": result.events,
+        "plan_calls": result.plan_calls,
+        "plan_s": _round(result.plan_seconds),
+        "placement_misses": result.placement_misses,
+        "wall_s": _round(result.wall_seconds),
+        "horizon_reached": result.horizon_reached,
+    }
+    return summary
+
+
+def write_outputs(
+    trace: Trace, results: Sequence[EngineResult], out_dir: Path, *, policy: str
+) -> Path:
+    """Write summary.json, gangs.csv, queues.csv, the plots and report.html; return the report."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summaries: dict[str, dict[str, Any]] = {r.admission: summarize(r) for r in results}
+    document: dict[str, Any] = {
+        "trace": {
+            "name": trace.name,
+            "source": trace.source,
+            "gangs": trace.gang_count,
+            "pods": trace.pod_count,
+            "nodes": trace.node_count,
+            "policy": policy,
+        },
+        **summaries,
+    }
+    (out_dir / "summary.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    _write_gangs_csv(results, out_dir / "gangs.csv")
+    _write_queues_csv(results, out_dir / "queues.csv")
+    plots = write_plots(results, out_dir)
+    report = out_dir / "report.html"
+    report.write_text(_html(trace, results, summaries, plots), encoding="utf-8")
+    return report
+
+
+def _fmt_time(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+def _write_gangs_csv(results: Sequence[EngineResult], path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(
+            [
+                "engine",
+                "gang",
+                "group",
+                "queue",
+                "kind",
+                "size",
+                "min_size",
+                "submitted_s",
+                "admitted_s",
+                "started_s",
+                "finished_s",
+                "wait_s",
+                "evictions",
+                "clogs",
+                "admitted_size",
+                "state",
+                "reason",
+            ]
+        )
+        for result in results:
+            for r in result.gangs:
+                writer.writerow(
+                    [
+                        result.admission,
+                        r.gang.id,
+                        r.group,
+                        r.gang.queue,
+                        r.gang.kind,
+                        r.gang.size,
+                        r.gang.min,
+                        _fmt_time(r.submitted),
+                        _fmt_time(r.first_admitted),
+                        _fmt_time(r.started),
+                        _fmt_time(r.finished),
+                        _fmt_time(_wait(r)),
+                        r.evictions,
+                        r.clogs,
+                        r.admitted_size or "",
+                        STATE_NAMES[r.state],
+                        r.reason if r.state != FINISHED else "",
+                    ]
+                )
+
+
+def _write_queues_csv(results: Sequence[EngineResult], path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        usage = f"usage_{results[0].utilization_resource}" if results else "usage"
+        writer.writerow(
+            [
+                "engine",
+                "time_s",
+                "queue",
+                "pending",
+                "holding",
+                "running",
+                usage,
+                "share",
+                "fair_share",
+            ]
+        )
+        for result in results:
+            for sample in result.samples:
+                for q, name in enumerate(result.queues):
+                    writer.writerow(
+                        [
+                            result.admission,
+                            _fmt_time(sample.time),
+                            name,
+                            sample.pending[q],
+                            sample.holding[q],
+                            sample.running[q],
+                            f"{sample.usage[q]:.6g}",
+                            f"{sample.share[q]:.4f}",
+                            f"{sample.fair_share[q]:.4f}",
+                        ]
+                    )
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def write_plots(results: Sequence[EngineResult], out_dir: Path) -> list[tuple[str, str]]:
+    """Write the PNG plots, one column per engine; return (file name, caption) pairs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x_end = max((_x_end(r) for r in results), default=1.0)
+    plots: list[tuple[str, str]] = []
+
+    def figure(name: str, caption: str) -> tuple[Any, list[Any]]:
+        fig, axes = plt.subplots(
+            1, len(results), figsize=(6.0 * len(results), 3.6), squeeze=False, sharey=True
+        )
+        plots.append((name, caption))
+        return fig, list(axes[0])
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out_dir / name, dpi=100)
+        plt.close(fig)
+
+    fig, axes = figure(
+        "utilization.png",
+        "Cluster utilization: share of the cluster's "
+        f"{results[0].utilization_resource if results else 'cpu'} held by running gangs (solid) "
+        "and by any bound pod (dashed; the gap is capacity held by gangs that are not running).",
+    )
+    for ax, result in zip(axes, results, strict=True):
+        times, (util, alloc) = _series(result, x_end, lambda s: (s.utilization, s.allocation))
+        ax.step(times, util, where="post", label="running")
+        ax.step(times, alloc, where="post", linestyle="--", label="bound")
+        ax.set_ylim(0, 1.05)
+        _decorate(ax, result, "share of cluster")
+    save(fig, "utilization.png")
+
+    fig, axes = figure(
+        "pending.png",
+        "Gangs per queue over time: pending (solid: not admitted / no pod bound) and holding "
+        "(dashed: holding capacity with fewer than min pods running).",
+    )
+    for ax, result in zip(axes, results, strict=True):
+        for q, name in enumerate(result.queues):
+            times, (pending, holding) = _series(result, x_end, _queue_counts(q))
+            line = ax.step(times, pending, where="post", label=f"{name} pending")[0]
+            ax.step(
+                times,
+                holding,
+                where="post",
+                linestyle="--",
+                color=line.get_color(),
+                label=f"{name} holding",
+            )
+        _decorate(ax, result, "gangs")
+    save(fig, "pending.png")
+
+    fig, axes = figure(
+        "wait_cdf.png",
+        "Wait-time CDF per queue (wait = gang started − submitted; gangs that never started are "
+        "not in the curve, so a curve ending below 1 shows the unstarted fraction).",
+    )
+    wait_end = max(
+        (w for result in results for r in result.gangs if (w := _wait(r)) is not None),
+        default=1.0,
+    )
+    for ax, result in zip(axes, results, strict=True):
+        if all(r.started is None for r in result.gangs):
+            ax.text(0.5, 0.5, "no gang started", ha="center", va="center", transform=ax.transAxes)
+        for q, name in enumerate(result.queues):
+            records = [r for r in result.gangs if r.queue == q]
+            waits = sorted(w for r in records if (w := _wait(r)) is not None)
+            if not records:
+                continue
+            ys = [(i + 1) / len(records) for i in range(len(waits))]
+            ax.step([0.0, *waits], [0.0, *ys], where="post", label=name)
+        ax.set_ylim(0, 1.05)
+        ax.set_xlim(0, max(wait_end, 1.0) * 1.02)
+        ax.set_xlabel("wait (s)")
+        ax.set_ylabel("fraction of gangs")
+        ax.set_title(ENGINE_LABELS.get(result.admission, result.admission))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    save(fig, "wait_cdf.png")
+
+    fig, axes = figure(
+        "incidents.png",
+        "Cumulative clogs (a gang holding capacity with fewer than min pods running past its "
+        "clog timeout), evictions and failures over time.",
+    )
+    for ax, result in zip(axes, results, strict=True):
+        for kind in ("clog", "evict", "fail"):
+            times = [i.time for i in result.incidents if i.kind == kind]
+            xs = [0.0, *times, x_end]
+            ys = [0, *range(1, len(times) + 1), len(times)]
+            ax.step(xs, ys, where="post", label=f"{kind} ({len(times)})")
+        _decorate(ax, result, "count")
+    save(fig, "incidents.png")
+    return plots
+
+
+def _queue_counts(q: int) -> Callable[[Sample], tuple[float, float]]:
+    def pick(sample: Sample) -> tuple[float, float]:
+        return float(sample.pending[q]), float(sample.holding[q])
+
+    return pick
+
+
+def _x_end(result: EngineResult) -> float:
+    last = result.samples[-1].time if result.samples else 0.0
+    return max(last, result.end, 1.0)
+
+
+def _series(
+    result: EngineResult, x_end: float, pick: Callable[[Sample], tuple[float, float]]
+) -> tuple[list[float], tuple[list[float], list[float]]]:
+    """Two step series from the samples, extended flat to x_end so engines share an x axis."""
+    times = [s.time for s in result.samples]
+    values = [pick(s) for s in result.samples]
+    if not times:
+        return [0.0, x_end], ([0.0, 0.0], [0.0, 0.0])
+    times.append(x_end)
+    values.append(values[-1])
+    return times, ([v[0] for v in values], [v[1] for v in values])
+
+
+def _decorate(ax: Any, result: EngineResult, ylabel: str) -> None:
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel(ylabel)
+    title = ENGINE_LABELS.get(result.admission, result.admission)
+    stuck = sum(1 for r in result.gangs if r.state == STUCK)
+    if stuck:
+        title += f" — {stuck} stuck"
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+# --------------------------------------------------------------------------- tables
+
+
+SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
+    ("gangs", "gangs"),
+    ("finished", "finished"),
+    ("stuck_gangs", "stuck"),
+    ("failed", "failed"),
+    ("makespan_s", "makespan (s)"),
+    ("utilization_mean", "utilization mean"),
+    ("wait_p50_s", "wait p50 (s)"),
+    ("wait_p95_s", "wait p95 (s)"),
+    ("wait_max_s", "wait max (s)"),
+    ("clogs", "clogs"),
+    ("evictions", "evictions"),
+    ("fairness_error", "fairness error"),
+    ("admitted", "admitted"),
+    ("wall_s", "wall time (s)"),
+)
+
+
+def format_value(key: str, value: Any) -> str:
+    if value is None:
+        return "never (stuck)" if key == "makespan_s" else "–"
+    if isinstance(value, float):
+        if key in ("utilization_mean", "fairness_error", "allocation_mean"):
+            return f"{value:.3f}"
+        return f"{value:,.1f}"
+    return str(value)
+
+
+def summary_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    """Rows [label, engine1, engine2...] for the human summary table."""
+    return [
+        [label, *(format_value(key, s.get(key)) for s in summaries.values())]
+        for key, label in SUMMARY_ROWS
+    ]
+
+
+def _html(
+    trace: Trace,
+    results: Sequence[EngineResult],
+    summaries: dict[str, dict[str, Any]],
+    plots: list[tuple[str, str]],
+) -> str:
+    esc = html.escape
+    head = "".join(f"<th>{esc(ENGINE_LABELS.get(name, name))}</th>" for name in summaries)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>"
+        for row in summary_rows(summaries)
+    )
+    queue_rows = ""
+    for name, summary in summaries.items():
+        for queue, stats in summary["queues"].items():
+            cells = [
+                name,
+                queue,
+                stats["gangs"],
+                stats["finished"],
+                stats["stuck"],
+                stats["failed"],
+                format_value("wait_p50_s", stats["wait_p50_s"]),
+                format_value("wait_p95_s", stats["wait_p95_s"]),
+                format_value("wait_max_s", stats["wait_max_s"]),
+            ]
+            queue_rows += "<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in cells) + "</tr>"
+    figures = "".join(
+        f'<figure><img src="{esc(name)}" alt="{esc(name)}"><figcaption>{esc(caption)}'
+        "</figcaption></figure>"
+        for name, caption in plots
+    )
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>muster sim: {esc(trace.name)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 1300px; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+td, th {{ border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }}
+td:first-child, th:first-child {{ text-align: left; }}
+img {{ max-width: 100%; }} figure {{ margin: 1.5em 0; }}
+figcaption {{ color: #444; font-size: 0.9em; }}
+</style></head><body>
+<h1>muster sim: {esc(trace.name)}</h1>
+<p>Trace <code>{esc(trace.source)}</code>: {trace.gang_count} gangs, {trace.pod_count} pods,
+{trace.node_count} nodes, {len(trace.queues)} queue(s); seed {results[0].seed if results else 0}.
+Files: <a href="summary.json">summary.json</a>, <a href="gangs.csv">gangs.csv</a>,
+<a href="queues.csv">queues.csv</a>. Definitions: docs/simulator.md.</p>
+<h2>Summary</h2>
+<table><tr><th>metric</th>{head}</tr>{rows}</table>
+<h2>Per queue</h2>
+<table><tr><th>engine</th><th>queue</th><th>gangs</th><th>finished</th><th>stuck</th>
+<th>failed</th><th>wait p50 (s)</th><th>wait p95 (s)</th><th>wait max (s)</th></tr>
+{queue_rows}</table>
+<h2>Plots</h2>
+{figures}
+</body></html>
+"""

@@ -1,0 +1,1 @@
+"""Tests of the in-process simulator: traces, engines, outputs and the CLI."""

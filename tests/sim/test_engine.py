@@ -1,0 +1,177 @@
+"""Engine behaviour on small crafted traces and the blog-burst acceptance."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from muster.cli import main
+from simulator.engine import FAILED, FINISHED, STUCK, EngineConfig, simulate
+from simulator.report import percentile, summarize
+from simulator.trace import Trace, from_dict, load
+
+
+def tiny(jobs: list[dict[str, Any]], nodes: int = 6, **queue: Any) -> Trace:
+    return from_dict(
+        {
+            "name": "tiny",
+            "cluster": {"nodes": [{"count": nodes, "allocatable": {"cpu": "4"}}]},
+            "queues": [{"name": "q", "clogTimeout": "60s", "sizeRatio": None, **queue}],
+            "jobs": jobs,
+        }
+    )
+
+
+def gang(name: str, size: int, **fields: Any) -> dict[str, Any]:
+    job: dict[str, Any] = {
+        "name": name,
+        "queue": "q",
+        "size": size,
+        "podRequests": {"cpu": "4"},
+        "runtime": "100s",
+        "onePodPerNode": True,
+    }
+    job.update(fields)
+    return job
+
+
+def two_gangs_of_four() -> Trace:
+    # Two 4-pod gangs submitted together on 6 one-pod nodes: either fits alone, not both.
+    return tiny([gang("a", 4), gang("b", 4)])
+
+
+def test_none_reproduces_a_clog() -> None:
+    result = simulate(two_gangs_of_four(), EngineConfig(admission="none", check=True))
+    summary = summarize(result)
+    # Pods interleave (1 of a, 1 of b, 2 of a, 2 of b): each gang holds 3 nodes, needs 4.
+    assert summary["stuck_gangs"] == 2
+    assert summary["finished"] == 0
+    assert summary["clogs"] == 2
+    assert summary["makespan_s"] is None
+    assert all(r.bound_pods == 3 and r.reason.startswith("Clogged") for r in result.gangs)
+
+
+def test_muster_runs_the_same_gangs_one_after_the_other() -> None:
+    result = simulate(two_gangs_of_four(), EngineConfig(admission="muster", check=True))
+    summary = summarize(result)
+    assert summary["stuck_gangs"] == 0 and summary["finished"] == 2
+    assert summary["clogs"] == 0 and summary["evictions"] == 0
+    first, second = sorted(result.gangs, key=lambda r: r.started or 0)
+    assert first.started == 2.0  # the default pod start delay
+    assert first.finished == 102.0
+    assert second.first_admitted == 102.0
+    assert second.finished == 204.0
+    assert summary["makespan_s"] == 204.0
+
+
+def test_quota_only_queue_clogs_and_is_evicted_with_backoff() -> None:
+    # nodeFit: false admits on quota alone (like Kueue); the pods then meet the nodes.
+    # A 4-pod gang can never get 4 nodes while "hog" holds 3 of 6 for a long time.
+    trace = tiny(
+        [
+            gang("hog", 3, runtime="10000s"),
+            gang("big", 4, submit={"at": "1s"}),
+        ],
+        nodeFit=False,
+        backoff={"base": "10s", "max": "40s", "limit": 2},
+    )
+    result = simulate(trace, EngineConfig(admission="muster", check=True))
+    big = next(r for r in result.gangs if r.group == "big")
+    assert big.state == FAILED
+    assert big.evictions == 3 and big.clogs == 3
+    assert big.reason.startswith("BackoffLimitExceeded")
+    evictions = [i.time for i in result.incidents if i.kind == "evict"]
+    # Admitted at 1 s, clogged at 61 s, requeued after 10 s, 20 s: exponential backoff.
+    assert evictions == [61.0, 131.0]
+    hog = next(r for r in result.gangs if r.group == "hog")
+    assert hog.state == FINISHED
+
+
+def test_never_fitting_gang_fails_under_muster_and_is_stuck_under_none() -> None:
+    trace = tiny([gang("wide", 8), gang("ok", 2)])
+    muster = simulate(trace, EngineConfig(admission="muster", check=True))
+    states = {r.group: r.state for r in muster.gangs}
+    assert states == {"wide": FAILED, "ok": FINISHED}
+    assert next(r for r in muster.gangs if r.group == "wide").reason.startswith("NeverFits")
+    none = simulate(trace, EngineConfig(admission="none", check=True))
+    assert {r.group: r.state for r in none.gangs}["wide"] == STUCK
+
+
+def test_horizon_reports_unfinished_as_stuck() -> None:
+    trace = tiny([gang("a", 2, runtime="1h")])
+    result = simulate(trace, EngineConfig(admission="muster", horizon=600.0))
+    assert [r.state for r in result.gangs] == [STUCK]
+    assert result.horizon_reached and result.end == 600.0
+
+
+def test_admit_interval_coalesces_decisions() -> None:
+    trace = tiny([gang(f"g{i}", 1, submit={"at": f"{i}s"}) for i in range(10)])
+    every = simulate(trace, EngineConfig(admission="muster"))
+    cycled = simulate(trace, EngineConfig(admission="muster", admit_interval=5.0))
+    assert cycled.plan_calls < every.plan_calls
+    assert all(r.first_admitted is not None and r.first_admitted % 5 == 0 for r in cycled.gangs)
+
+
+def test_percentile() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0], 95) == 3.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([0.0, 10.0], 95) == 9.5
+
+
+def test_blog_burst_none_clogs_and_muster_completes(tmp_path: Path) -> None:
+    """The README's main job: both engines on the shipped blog burst, one report."""
+    out = tmp_path / "out"
+    assert main(["sim", "--out", str(out), "--quiet"]) == 0
+    for name in ("summary.json", "gangs.csv", "queues.csv", "report.html", "utilization.png"):
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "summary.json").read_text())
+    none, muster = summary["none"], summary["muster"]
+    assert none["stuck_gangs"] > 0 and none["clogs"] > 0
+    assert muster["stuck_gangs"] == 0
+    assert muster["finished"] == summary["trace"]["gangs"] == 106
+    assert muster["makespan_s"] > 0
+    for key in ("makespan_s", "utilization_mean", "fairness_error", "admitted", "evictions"):
+        assert key in muster
+    for key in ("wait_p50_s", "wait_p95_s", "wait_max_s"):
+        assert key in muster["queues"]["lammps"]
+    rows = (out / "gangs.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 106
+    report = (out / "report.html").read_text()
+    assert "none (pod-level scheduler)" in report and "muster (gang admission)" in report
+
+
+def test_blog_burst_acceptance_holds_for_several_seeds() -> None:
+    trace = load()
+    for seed in range(3):
+        none = summarize(simulate(trace, EngineConfig(admission="none", seed=seed)))
+        muster = summarize(simulate(trace, EngineConfig(admission="muster", seed=seed)))
+        assert none["stuck_gangs"] > 0
+        assert muster["stuck_gangs"] == 0 and muster["finished"] == 106
+
+
+def test_every_shipped_trace_runs_under_both_engines() -> None:
+    from simulator.trace import shipped_traces
+
+    for name in shipped_traces():
+        trace = load(name)
+        for admission in ("none", "muster"):
+            result = simulate(trace, EngineConfig(admission=admission, check=True))
+            assert all(r.state in (FINISHED, FAILED, STUCK) for r in result.gangs)
+
+
+def test_sim_errors_are_one_line(tmp_path: Path, capsys: Any) -> None:
+    assert main(["sim", "no-such-trace", "--quiet", "--out", str(tmp_path / "o")]) == 2
+    assert main(["sim", "--policy", "nope", "--quiet", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2
+    assert "not found" in err[0] and "--policy nope" in err[1]
+
+
+def test_bench_sim_prints_one_json_line(capsys: Any) -> None:
+    assert main(["bench", "sim", "--gangs", "200", "--nodes", "20", "--json"]) == 0
+    line = capsys.readouterr().out.strip()
+    figures = json.loads(line)
+    assert figures["gangs"] == 200 and figures["nodes"] == 20 and figures["wall_s"] >= 0
+    assert figures["finished"] == 200
