@@ -218,10 +218,12 @@ class SizeRatio:
 class Queue:
     """A leaf queue takes gangs; a queue with children is a cohort sharing unused quota.
 
-    ``nominal`` None = no quota of its own. A resource is under quota in a tree when some queue
-    of the tree names it in ``nominal``; there a missing nominal amount is 0 (the queue can only
-    borrow). Resources no queue of the tree names are not limited. In ``borrowing_limit`` and
-    ``lending_limit`` a resource that is not named has no limit.
+    ``nominal`` None = no quota of its own; ``quota_names`` lists the resources written in
+    nominal, zero amounts included, so a nominal of 0 limits rather than vanishes. A resource
+    is under quota in a tree when some queue of the tree names it; there a missing nominal
+    amount is 0 (the queue can only borrow). Resources no queue of the tree names are not
+    limited. In ``borrowing_limit`` and ``lending_limit`` a resource that is not named has no
+    limit.
     """
 
     name: str
@@ -232,6 +234,9 @@ class Queue:
     lending_limit: Resources | None = None
     strategy: Strategy = "BestEffortFIFO"
     size_ratio: SizeRatio | None = SizeRatio()
+    # Resources written in nominal, zero amounts included: `nominal: {cpu: 0}` puts cpu under
+    # quota (a Resources vector drops zeros, so it cannot say this by itself).
+    quota_names: frozenset[str] = frozenset()
     clog_timeout: float = 300.0
     backoff: Backoff = Backoff()
     node_fit: bool = True

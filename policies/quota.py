@@ -65,7 +65,7 @@ class QuotaState:
         named: dict[str, set[str]] = {}
         for queue in tree:
             root = self.path[queue.name][-1]
-            named.setdefault(root, set()).update(queue.nominal or ())
+            named.setdefault(root, set()).update(queue.nominal or (), queue.quota_names)
         for root in named:
             self.governed[root] = [i for i, r in enumerate(names) if r in named[root]]
             self.version[root] = 0

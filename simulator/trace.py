@@ -73,6 +73,7 @@ class QueueSpec:
     parent: str | None = None
     weight: float = 1.0
     nominal: Resources | None = None
+    quota_names: frozenset[str] = frozenset()
     borrowing_limit: Resources | None = None
     lending_limit: Resources | None = None
     strategy: Strategy = "BestEffortFIFO"
@@ -87,6 +88,7 @@ class QueueSpec:
             parent=self.parent,
             weight=self.weight,
             nominal=self.nominal,
+            quota_names=self.quota_names,
             borrowing_limit=self.borrowing_limit,
             lending_limit=self.lending_limit,
             strategy=self.strategy,
@@ -415,6 +417,7 @@ def _queue_spec(item: object, index: int) -> QueueSpec:
         parent=parent,
         weight=weight,
         nominal=_opt_resources(data.get("nominal"), f"{where}.nominal"),
+        quota_names=frozenset(data.get("nominal") or ()),
         borrowing_limit=_opt_resources(data.get("borrowingLimit"), f"{where}.borrowingLimit"),
         lending_limit=_opt_resources(data.get("lendingLimit"), f"{where}.lendingLimit"),
         strategy=strategy,

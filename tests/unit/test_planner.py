@@ -487,3 +487,14 @@ def test_resources_no_queue_names_are_unlimited() -> None:
     big_memory = Gang("ns/m", "a", Resources(cpu=CPU, memory=30 * GIB), 2, submitted=SubmitStamp(0))
     assert admitted_ids(run([big_memory], tree)) == ["ns/m"]
     assert admitted_ids(run([gang("x", 1, 1)], QueueTree.build([Queue("a")]))) == ["ns/x"]
+
+
+def test_a_nominal_of_zero_limits_rather_than_vanishes() -> None:
+    # `nominal: {cpu: "0"}` parses to an empty vector; quota_names keeps cpu under quota.
+    zero = queues(nominal=Resources(), quota_names=frozenset({"cpu"}))
+    decisions = run([gang("j", 1, 1)], zero)
+    assert admitted_ids(decisions) == []
+    assert decisions.rejected["ns/j"].code == "NeverFits"
+    assert "at most 0 cpu" in decisions.rejected["ns/j"].message
+    # Without a name in nominal, cpu is not under quota in this tree.
+    assert admitted_ids(run([gang("j", 1, 1)], queues(nominal=Resources()))) == ["ns/j"]
