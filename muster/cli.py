@@ -41,6 +41,9 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         ("bench", "webhook"), "muster.bench_webhook", "Job-create latency with/without webhook"
     ),
+    Command(
+        ("bench", "admit"), "muster.bench_admit", "gangs admitted per second by the controller"
+    ),
     Command(("bench", "plan"), "simulator.bench_plan", "time policies.plan on a synthetic burst"),
     Command(("bench", "sim"), "simulator.bench_sim", "time the in-process simulator on a burst"),
     Command(("trace", "burst"), "simulator.trace_command", "generate a synthetic burst trace"),

@@ -64,6 +64,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="kopf peering name for multi-replica exclusivity (default: standalone)",
     )
+    parser.add_argument(
+        "--status-port",
+        type=int,
+        default=8081,
+        help="status service port (/v1/gangs, /v1/queues); 0: pick a free one; -1: off",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=8082,
+        help="Prometheus /metrics port; 0: pick a free one; -1: off",
+    )
+    parser.add_argument("--status-addr", default="127.0.0.1", help="status/metrics address")
+    parser.add_argument("--policy", default="drf", help="admission policy (drf, fifo, ...)")
+    parser.add_argument(
+        "--deadlock-grace",
+        type=float,
+        default=10.0,
+        help="seconds a gang is partially placed before the deadlock detector looks at it",
+    )
+    parser.add_argument(
+        "--no-admit-events",
+        action="store_true",
+        help="no Event per admission (evictions and failures still get one)",
+    )
+    parser.add_argument(
+        "--no-controller", action="store_true", help="run the webhook only (no admission)"
+    )
     parser.add_argument("--verbose", "-v", action="store_true")
     parser.epilog = (
         "examples:\n"
@@ -147,6 +175,9 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # kopf logs every handled event at INFO: thousands of lines a second in a burst.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if args.kubeconfig:
         if not Path(args.kubeconfig).expanduser().exists():
             print(f"muster run: kubeconfig {args.kubeconfig} does not exist", file=sys.stderr)
@@ -192,6 +223,25 @@ def run(args: argparse.Namespace) -> int:
         clock=SubmissionClock(),
     )
     handlers.register(registry, server)
+    if not args.no_controller:
+        from admission import controller
+        from admission.controller import ServeSettings
+        from admission.loop import ControllerSettings
+
+        controller.register(
+            registry,
+            client,
+            ControllerSettings(
+                policy=args.policy,
+                deadlock_grace=args.deadlock_grace,
+                admit_events=not args.no_admit_events,
+            ),
+            ServeSettings(
+                status_addr=args.status_addr,
+                status_port=None if args.status_port < 0 else args.status_port,
+                metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+            ),
+        )
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -204,6 +254,14 @@ def run(args: argparse.Namespace) -> int:
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.level = logging.WARNING
         settings.persistence.finalizer = "muster.dev/finalizer"
+        # Only @kopf.on.event handlers watch Jobs and Pods; keep kopf from writing its
+        # progress/diff-base annotations anywhere should a change handler ever be added.
+        settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf")
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix="muster.dev", key="last-handled-configuration"
+        )
+        settings.batching.batch_window = 0.02
+        settings.watching.server_timeout = 300
         if args.local:
             asyncio.get_running_loop().create_task(_register_when_serving())
 

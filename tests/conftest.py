@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import itertools
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -81,35 +86,66 @@ def crds(kube: KubeClient) -> None:
     install_crd(kube)
 
 
-@pytest.fixture(scope="session")
-def muster_webhook(kubeconfig: Path, crds: None) -> Iterator[subprocess.Popen[str]]:
-    """`muster run --local` as a real process, registered with the apiserver."""
-    import queue
-    import signal
-    import threading
-    import time
+@dataclass
+class MusterProcess:
+    """A running `muster run --local` (webhook + controller) and where its services listen."""
 
+    proc: subprocess.Popen[str]
+    status_url: str
+    metrics_url: str
+    output: list[str] = field(default_factory=list)
+    kubeconfig: Path | None = None
+
+    def restart(self, sig: int = signal.SIGKILL) -> None:
+        """Stop the process with `sig` (kill -9 by default) and start a fresh one in place."""
+        assert self.kubeconfig is not None
+        self.stop(sig)
+        fresh = start_muster(self.kubeconfig)
+        self.proc, self.status_url, self.metrics_url = (
+            fresh.proc,
+            fresh.status_url,
+            fresh.metrics_url,
+        )
+        self.output = fresh.output
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+MUSTER_TEST_FLAGS = ["--status-port", "0", "--metrics-port", "0", "--deadlock-grace", "3"]
+
+
+def start_muster(kubeconfig: Path, *extra: str, timeout: float = 90) -> MusterProcess:
+    """Start `muster run --local` and wait until the webhook and the controller are ready."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "muster.cli", "run", "--local", "--kubeconfig", str(kubeconfig)],
+        [sys.executable, "-m", "muster.cli", "run", "--local", "--kubeconfig", str(kubeconfig)]
+        + [*MUSTER_TEST_FLAGS, *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     lines: queue.Queue[str | None] = queue.Queue()
+    output: list[str] = []
 
     def pump() -> None:
-        # Reads every line (so the pipe never fills) and hands them to the waiting test.
+        # Reads every line (so the pipe never fills); keeps the last ones for failure messages.
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.put(line)
         lines.put(None)
 
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    output: list[str] = []
-    deadline = time.monotonic() + 90
-    ready = False
-    while not ready and time.monotonic() < deadline:
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + timeout
+    webhook = controller = None
+    while not (webhook and controller) and time.monotonic() < deadline:
         try:
             line = lines.get(timeout=1)
         except queue.Empty:
@@ -117,18 +153,43 @@ def muster_webhook(kubeconfig: Path, crds: None) -> Iterator[subprocess.Popen[st
         if line is None:
             break
         output.append(line)
-        ready = "webhook ready" in line
-    if not ready:
+        if "webhook ready" in line:
+            webhook = line
+        if "controller ready" in line:
+            controller = line
+    if not (webhook and controller):
         proc.kill()
         proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
         pytest.fail("muster run --local did not become ready:\n" + "".join(output[-40:]))
-    yield proc
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    reader.join(timeout=10)
-    if proc.stdout is not None:
-        proc.stdout.close()
+    fields = dict(part.split("=", 1) for part in controller.split()[3:])
+
+    log_path = os.environ.get("MUSTER_TEST_LOG")
+
+    def drain() -> None:
+        # Keep reading; with MUSTER_TEST_LOG set, keep the controller's log there for debugging.
+        with open(log_path or os.devnull, "a") as log:
+            log.writelines(output)
+            while (line := lines.get()) is not None:
+                log.write(line)
+                log.flush()
+
+    threading.Thread(target=drain, daemon=True).start()
+    return MusterProcess(
+        proc, f"http://{fields['status']}", f"http://{fields['metrics']}", output, kubeconfig
+    )
+
+
+@pytest.fixture(scope="session")
+def muster(kubeconfig: Path, crds: None) -> Iterator[MusterProcess]:
+    """`muster run --local` (webhook + controller) as a real process, for the whole session."""
+    process = start_muster(kubeconfig)
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def muster_webhook(muster: MusterProcess) -> subprocess.Popen[str]:
+    """The webhook is served by the session's `muster run --local`."""
+    return muster.proc

@@ -31,7 +31,14 @@ def labelled_job(name: str, queue: str = "gpu", **kwargs: Any) -> dict[str, Any]
 
 @pytest.fixture(scope="module")
 def queue(kube: KubeClient) -> str:
-    body = {"apiVersion": "muster.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "gpu"}}
+    # A queue with no room: the controller (running in the same `muster run`) never admits
+    # these Jobs, so what the webhook stored stays visible.
+    body = {
+        "apiVersion": "muster.dev/v1alpha1",
+        "kind": "Queue",
+        "metadata": {"name": "gpu"},
+        "spec": {"nominal": {"cpu": "1m"}},
+    }
     try:
         kube.create("/apis/muster.dev/v1alpha1/queues", body)
     except ApiError as exc:

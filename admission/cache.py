@@ -1,0 +1,344 @@
+"""The controller's cache: gangs (managed Jobs), pods, nodes and queues as the watches report them.
+
+Everything the admit loop, the detectors and the status service read comes from here; nothing
+here calls the API. Only the event loop thread mutates the cache; `snapshot()` returns an
+immutable `policies.Snapshot` the planner may use from another thread.
+
+Node usage of an admitted gang is where its pods are bound; until all are bound, the planner's
+placement stays as a reservation so the next cycle does not give the same room away again. A
+reservation lives only in memory: after a restart, a gang whose pods are not bound yet counts
+only its bound pods until the scheduler binds the rest (seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from admission.gangs import (
+    JobRecord,
+    PodRecord,
+    is_managed_job,
+    job_record,
+    node_from,
+    pod_record,
+    queue_from,
+)
+from policies import (
+    AdmittedGang,
+    Gang,
+    Node,
+    PolicyError,
+    Queue,
+    QueueTree,
+    Reason,
+    Resources,
+    Snapshot,
+)
+
+log = logging.getLogger("muster.cache")
+
+RESERVATION_TTL = 60.0
+"""Seconds after admission after which a gang's unbound reservation is dropped."""
+
+
+def _rv(body: Mapping[str, Any]) -> int:
+    try:
+        return int((body.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+@dataclass
+class QueueView:
+    """A Queue as the status service shows it: its spec (parsed) or why it cannot be used."""
+
+    name: str
+    queue: Queue | None
+    error: str | None = None
+
+
+@dataclass
+class Cache:
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    pods: dict[str, PodRecord] = field(default_factory=dict)
+    queues: dict[str, QueueView] = field(default_factory=dict)
+    # Usage of bound pods per node: by pods muster does not manage, and by all pods.
+    node_other: dict[str, Resources] = field(default_factory=lambda: defaultdict(Resources))
+    node_all: dict[str, Resources] = field(default_factory=lambda: defaultdict(Resources))
+    # Gang pods: bound ones per node, and how many are not bound yet.
+    gang_bound: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
+    gang_unbound: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    reservations: dict[str, dict[str, int]] = field(default_factory=dict)
+    # From the last plan: why each pending gang waits, and its position in its queue.
+    reasons: dict[str, Reason] = field(default_factory=dict)
+    rejected: dict[str, Reason] = field(default_factory=dict)
+    positions: dict[str, int] = field(default_factory=dict)
+    tree: QueueTree | None = None
+    tree_error: str | None = None
+    version: int = 0
+    gang_versions: dict[str, int] = field(default_factory=dict)
+    synced: bool = False
+    _rvs: dict[str, int] = field(default_factory=dict)
+    _waiters: dict[str, list[asyncio.Future[None]]] = field(default_factory=dict)
+    _node_cache: dict[str, Node] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _capacity: Resources | None = None
+
+    # -- change notification -------------------------------------------------------------
+
+    def touch(self, key: str) -> None:
+        """A gang's visible state changed: bump its version and wake its long-polls."""
+        self.version += 1
+        self.gang_versions[key] = self.version
+        for waiter in self._waiters.pop(key, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def waiter(self, key: str) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(key, []).append(future)
+        return future
+
+    def drop_waiter(self, key: str, future: asyncio.Future[None]) -> None:
+        waiters = self._waiters.get(key)
+        if waiters and future in waiters:
+            waiters.remove(future)
+            if not waiters:
+                del self._waiters[key]
+
+    def _fresh(self, kind: str, key: str, body: Mapping[str, Any]) -> bool:
+        """False for an event older than what we already hold (a LIST raced the watch)."""
+        rv = _rv(body)
+        slot = f"{kind}:{key}"
+        if rv and rv < self._rvs.get(slot, 0):
+            return False
+        self._rvs[slot] = rv
+        return True
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    def apply_job(self, event: str | None, body: Mapping[str, Any]) -> JobRecord | None:
+        """Apply a Job event; return the record now held (None if gone or not managed)."""
+        meta = body.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if not self._fresh("job", key, body):
+            return self.jobs.get(key)
+        old = self.jobs.get(key)
+        if event == "DELETED" or not is_managed_job(body):
+            if old is not None:
+                del self.jobs[key]
+                self.reservations.pop(key, None)
+                self._rvs.pop(f"job:{key}", None)
+                self.touch(key)
+                self.changed.set()
+            return None
+        new = job_record(body)
+        if old is not None and old.uid == new.uid:
+            new.reached_min = old.reached_min
+            new.below_min_since = old.below_min_since
+            # Our admission PATCH may still be in flight (or this event predates it).
+            if new.admitted_at is None and old.local_admit is not None and new.suspended:
+                new.local_admit = old.local_admit
+        self.jobs[key] = new
+        if new.finished or (new.admitted_at is None and new.local_admit is None):
+            self.reservations.pop(key, None)
+        if old is None or _visible(old) != _visible(new):
+            self.touch(key)
+            self.changed.set()
+        return new
+
+    # -- pods ----------------------------------------------------------------------------
+
+    def apply_pod(self, event: str | None, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
+        if not self._fresh("pod", uid, body):
+            return
+        old = self.pods.pop(uid, None)
+        new = None if event == "DELETED" else pod_record(body)
+        if old == new:
+            if new is not None:
+                self.pods[uid] = new
+            return
+        if old is not None:
+            self._account(old, -1)
+        if new is not None:
+            self.pods[uid] = new
+            self._account(new, +1)
+        else:
+            self._rvs.pop(f"pod:{uid}", None)
+        # Freed room matters to the planner; a newly bound pod only moves room around.
+        if old is not None and old.node and (new is None or new.node != old.node):
+            self.changed.set()
+
+    def _account(self, pod: PodRecord, sign: int) -> None:
+        if pod.gang is not None:
+            if pod.node:
+                bound = self.gang_bound[pod.gang]
+                bound[pod.node] = bound.get(pod.node, 0) + sign
+                if not bound[pod.node]:
+                    del bound[pod.node]
+                if not bound:
+                    del self.gang_bound[pod.gang]
+            else:
+                self.gang_unbound[pod.gang] += sign
+                if not self.gang_unbound[pod.gang]:
+                    del self.gang_unbound[pod.gang]
+        if not pod.node:
+            return
+        add = pod.requests if sign > 0 else None
+        if add is not None:
+            self.node_all[pod.node] = self.node_all[pod.node] + add
+            if pod.gang is None:
+                self.node_other[pod.node] = self.node_other[pod.node] + add
+        else:
+            self.node_all[pod.node] = self.node_all[pod.node] - pod.requests
+            if pod.gang is None:
+                self.node_other[pod.node] = self.node_other[pod.node] - pod.requests
+        if pod.gang is None:
+            self._node_cache.pop(pod.node, None)
+
+    # -- nodes and queues ----------------------------------------------------------------
+
+    def apply_node(self, event: str | None, body: Mapping[str, Any]) -> None:
+        name = (body.get("metadata") or {}).get("name") or ""
+        if not self._fresh("node", name, body):
+            return
+        node = None if event == "DELETED" else node_from(body)
+        old = self.nodes.pop(name, None)
+        if node is not None:
+            self.nodes[name] = node
+        self._node_cache.pop(name, None)
+        if old != node:
+            self._capacity = None
+            self.changed.set()
+
+    def apply_queue(self, event: str | None, body: Mapping[str, Any]) -> None:
+        name = (body.get("metadata") or {}).get("name") or ""
+        if not self._fresh("queue", name, body):
+            return
+        if event == "DELETED":
+            self.queues.pop(name, None)
+        else:
+            try:
+                self.queues[name] = QueueView(name, queue_from(body))
+            except ValueError as exc:
+                log.warning("queue %s ignored: %s", name, exc)
+                self.queues[name] = QueueView(name, None, str(exc))
+        self._rebuild_tree()
+        self.changed.set()
+
+    def _rebuild_tree(self) -> None:
+        queues = [view.queue for view in self.queues.values() if view.queue is not None]
+        try:
+            self.tree = QueueTree.build(queues)
+            self.tree_error = None
+        except PolicyError as exc:
+            # Keep planning with the queues that form a valid tree: drop the offenders' subtrees.
+            log.warning("queue tree invalid: %s", exc)
+            self.tree_error = str(exc)
+            self.tree = _largest_valid_tree(queues)
+
+    # -- what the planner sees -----------------------------------------------------------
+
+    def node_view(self, name: str) -> Node:
+        node = self._node_cache.get(name)
+        if node is None:
+            base = self.nodes[name]
+            node = replace(base, used=self.node_other.get(name, Resources()))
+            self._node_cache[name] = node
+        return node
+
+    def placement(self, record: JobRecord, now: float) -> dict[str, int]:
+        """Where an admitted gang holds room: bound pods, plus its reservation while young."""
+        bound = dict(self.gang_bound.get(f"{record.namespace}/{record.gang_label}", {}))
+        reserved = self.reservations.get(record.key)
+        if reserved is None:
+            return bound
+        admission = record.admission
+        if record.reached_min or (admission and now - admission[0] > RESERVATION_TTL):
+            del self.reservations[record.key]
+            return bound
+        for node, pods in reserved.items():
+            if node in self.nodes:
+                bound[node] = max(bound.get(node, 0), pods)
+        return bound
+
+    def pending_gangs(self, now: float) -> list[Gang]:
+        return [
+            r.gang
+            for r in self.jobs.values()
+            if r.admission is None
+            and r.suspended
+            and not r.finished
+            and not r.failed_state
+            and r.parse_error is None
+            and r.requeue_at <= now
+        ]
+
+    def snapshot(self, now: float) -> Snapshot:
+        """A private, immutable copy of what the planner needs (step 2 of a cycle)."""
+        nodes = [self.node_view(name) for name in self.nodes]
+        admitted = [
+            AdmittedGang(
+                gang=r.gang,
+                size=adm[1],
+                placement=self.placement(r, now),
+                admitted_at=adm[0],
+                running=r.reached_min,
+            )
+            for r in self.jobs.values()
+            if not r.finished and (adm := r.admission) is not None
+        ]
+        tree = self.tree if self.tree is not None else QueueTree.build([])
+        return Snapshot(
+            nodes=nodes, queues=tree, admitted=admitted, pending=self.pending_gangs(now), now=now
+        )
+
+    def queue_usage(self) -> dict[str, Resources]:
+        """Quota held per leaf queue: the demand of its admitted, unfinished gangs."""
+        usage: dict[str, Resources] = defaultdict(Resources)
+        for r in self.jobs.values():
+            adm = r.admission
+            if adm is not None and not r.finished:
+                usage[r.queue] = usage[r.queue] + r.gang.demand(adm[1])
+        return usage
+
+    def capacity(self) -> Resources:
+        if self._capacity is None:
+            total = Resources()
+            for node in self.nodes.values():
+                total = total + node.allocatable
+            self._capacity = total
+        return self._capacity
+
+
+def _visible(r: JobRecord) -> tuple[object, ...]:
+    return (
+        r.suspended,
+        r.admission,
+        r.evictions,
+        r.failed_state,
+        r.finished,
+        r.ready + r.succeeded >= r.gang.min,
+        r.requeue_at,
+    )
+
+
+def _largest_valid_tree(queues: Iterable[Queue]) -> QueueTree:
+    """Drop queues one at a time (offenders first) until the rest validate."""
+    remaining = list(queues)
+    while remaining:
+        try:
+            return QueueTree.build(remaining)
+        except PolicyError as exc:
+            text = str(exc)
+            offender = next((q for q in remaining if f'"{q.name}"' in text), remaining[-1])
+            remaining.remove(offender)
+    return QueueTree.build([])

@@ -1,0 +1,193 @@
+"""The queue controller's kopf registration: watches into the cache, the loop, status, metrics.
+
+Watches use `@kopf.on.event` only: kopf writes nothing to the watched objects (no progress or
+last-handled annotations, no finalizers). Before the first cycle the controller LISTs every kind
+once, so a restarted controller plans from the whole cluster (admitted gangs included), never
+from a half-filled cache; watch events older than what that LIST returned are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from admission.cache import Cache
+from admission.kubeapi import ApiError, KubeClient
+from admission.loop import Controller, ControllerSettings
+from admission.metrics import ControllerMetrics
+from admission.status import StatusServer
+from admission.writes import Writer
+from policies.vocabulary import QUEUE
+
+log = logging.getLogger("muster.controller")
+
+JOBS = "/apis/batch/v1/jobs"
+PODS = "/api/v1/pods"
+NODES = "/api/v1/nodes"
+QUEUES = "/apis/muster.dev/v1alpha1/queues"
+
+
+@dataclass
+class ServeSettings:
+    """Where the status service and the metrics listen (port 0: any free port; None: off)."""
+
+    status_addr: str = "127.0.0.1"
+    status_port: int | None = 8081
+    metrics_port: int | None = 8082
+
+
+@dataclass
+class Runtime:
+    """What `register` built, for callers that want to look inside (tests, benchmarks)."""
+
+    cache: Cache
+    metrics: ControllerMetrics
+    controller: Controller | None = None
+    status: StatusServer | None = None
+    metrics_server: StatusServer | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+def list_all(client: KubeClient, path: str, params: Mapping[str, str] | None = None) -> list[Any]:
+    """Every item of a collection, in pages of 500."""
+    items: list[Any] = []
+    query = {"limit": "500", **(params or {})}
+    while True:
+        page = client.get(path, params=query)
+        items.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+        query["continue"] = token
+
+
+def initial_sync(client: KubeClient, cache: Cache) -> None:
+    """One LIST of each kind into the cache (blocking; run in a thread)."""
+    for kind, path, params in (
+        ("queue", QUEUES, None),
+        ("node", NODES, None),
+        ("pod", PODS, None),
+        ("job", JOBS, {"labelSelector": QUEUE}),
+    ):
+        try:
+            items = list_all(client, path, params)
+        except ApiError as exc:
+            if exc.status == 404 and kind == "queue":
+                log.warning("Queue CRD not installed: kubectl apply -f manifests/crd/")
+                continue
+            raise
+        yield_items = items
+        for item in yield_items:
+            item.setdefault("metadata", {})
+            getattr(cache, f"apply_{kind}")("ADDED", item)
+
+
+def register(
+    registry: kopf.OperatorRegistry,
+    client: KubeClient,
+    settings: ControllerSettings | None = None,
+    serve: ServeSettings | None = None,
+) -> Runtime:
+    """Register the controller's watches and its startup/cleanup on `registry`."""
+    settings = settings or ControllerSettings()
+    serve = serve or ServeSettings()
+    metrics = ControllerMetrics()
+    metrics.track_requests(lambda: client.requests_sent)
+    cache = Cache()
+    runtime = Runtime(cache, metrics)
+
+    @kopf.on.event("batch", "v1", "jobs", labels={QUEUE: kopf.PRESENT}, registry=registry)
+    async def watch_job(event: Mapping[str, Any], **_: Any) -> None:
+        cache.apply_job(event.get("type"), event["object"])
+
+    @kopf.on.event("", "v1", "pods", registry=registry)
+    async def watch_pod(event: Mapping[str, Any], **_: Any) -> None:
+        cache.apply_pod(event.get("type"), event["object"])
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    async def watch_node(event: Mapping[str, Any], **_: Any) -> None:
+        cache.apply_node(event.get("type"), event["object"])
+
+    @kopf.on.event("muster.dev", "v1alpha1", "queues", registry=registry)
+    async def watch_queue(event: Mapping[str, Any], **_: Any) -> None:
+        cache.apply_queue(event.get("type"), event["object"])
+
+    @kopf.on.startup(registry=registry)
+    async def start_controller(**_: Any) -> None:
+        writer = Writer(
+            client,
+            concurrency=settings.write_concurrency,
+            on_retry=lambda code: metrics.api_retries.labels(str(code)).inc(),
+            on_event_dropped=metrics.events_dropped.inc,
+        )
+        controller = Controller(cache, writer, settings, metrics)
+        runtime.controller = controller
+        if serve.status_port is not None:
+            runtime.status = StatusServer(
+                cache,
+                controller.queue_status,
+                metrics.exposition if serve.metrics_port == serve.status_port else None,
+                addr=serve.status_addr,
+                port=serve.status_port,
+            )
+            await runtime.status.start()
+        if serve.metrics_port is not None and serve.metrics_port != serve.status_port:
+            runtime.metrics_server = StatusServer(
+                cache,
+                controller.queue_status,
+                metrics.exposition,
+                addr=serve.status_addr,
+                port=serve.metrics_port,
+            )
+            await runtime.metrics_server.start()
+        runtime.tasks.append(asyncio.get_running_loop().create_task(_sync_then_run(controller)))
+
+    async def _sync_then_run(controller: Controller) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(initial_sync, client, cache)
+                break
+            except (ApiError, OSError) as exc:
+                log.warning("initial LIST failed (%s); retrying in 2s", exc)
+                await asyncio.sleep(2)
+        cache.synced = True
+        cache.changed.set()
+        status = runtime.status.port if runtime.status else None
+        metrics_port = (
+            (runtime.metrics_server.port if runtime.metrics_server else status)
+            if serve.metrics_port is not None
+            else None
+        )
+        log.info(
+            "controller synced: %d gangs, %d nodes, %d pods, %d queues",
+            len(cache.jobs),
+            len(cache.nodes),
+            len(cache.pods),
+            len(cache.queues),
+        )
+        print(
+            f"muster: controller ready status={serve.status_addr}:{status} "
+            f"metrics={serve.status_addr}:{metrics_port}",
+            flush=True,
+        )
+        await controller.run()
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_controller(**_: Any) -> None:
+        for task in runtime.tasks:
+            task.cancel()
+        await asyncio.gather(*runtime.tasks, return_exceptions=True)
+        controller = runtime.controller
+        if controller is not None:
+            await asyncio.gather(*controller.inflight, return_exceptions=True)
+            await asyncio.to_thread(controller.writer.close)
+        for server in (runtime.status, runtime.metrics_server):
+            if server is not None:
+                await server.stop()
+
+    return runtime

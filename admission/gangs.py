@@ -1,0 +1,385 @@
+"""The gang adapter: what muster reads from a Job (or a MiniCluster's Job), a Pod, a Node, a Queue.
+
+Pure functions from API objects (plain dicts, as the watch delivers them) to compact records the
+cache keeps. Nothing here talks to the API. A MiniCluster's gang is its Job: the webhook labels
+that Job through the MiniCluster's `jobLabels` (queue, min-members) and stamps it with the
+MiniCluster's submission stamp, so one adapter serves both kinds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from policies import (
+    Backoff,
+    Gang,
+    Node,
+    Queue,
+    Resources,
+    SizeRatio,
+    SubmitStamp,
+    Taint,
+    Toleration,
+)
+from policies.durations import DurationError, parse_duration
+from policies.submitted import StampError, parse_stamp
+from policies.vocabulary import (
+    ADMITTED,
+    CLOG_TIMEOUT,
+    EVICTIONS,
+    GANG,
+    GANG_KIND,
+    MIN_MEMBERS,
+    QUEUE,
+    REQUEUE_AT,
+    STATE,
+    SUBMITTED,
+)
+
+HOSTNAME: Final = "kubernetes.io/hostname"
+
+GangState = Literal["Pending", "Admitted", "Running", "Finished", "Failed", "BackingOff"]
+
+
+class GangParseError(ValueError):
+    """A managed Job whose muster.dev/* fields cannot be read; the message says which."""
+
+
+def format_time(seconds: float) -> str:
+    """RFC3339 UTC with microseconds, e.g. 2026-01-02T03:04:05.123456Z."""
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: str) -> float:
+    text = value.strip()
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    return dt.datetime.fromisoformat(text).timestamp()
+
+
+def format_admitted(seconds: float, size: int) -> str:
+    """The `muster.dev/admitted` value: `<RFC3339 time>/<admitted size>`."""
+    return f"{format_time(seconds)}/{size}"
+
+
+def parse_admitted(value: str) -> tuple[float, int]:
+    """(time, size) from a `muster.dev/admitted` value; raise GangParseError if malformed."""
+    when, _, size = value.partition("/")
+    try:
+        return parse_time(when), int(size)
+    except ValueError:
+        raise GangParseError(
+            f"annotation {ADMITTED}: {value!r} is not of the form 2026-01-02T03:04:05.000000Z/8"
+        ) from None
+
+
+def _requests(spec: Mapping[str, Any]) -> Resources:
+    """A pod's requests: the sum over containers, at least the largest init container."""
+    total = Resources()
+    for container in spec.get("containers") or []:
+        requests = (container.get("resources") or {}).get("requests") or {}
+        if requests:
+            total = total + Resources.parse(requests, field="resources.requests")
+    for container in spec.get("initContainers") or []:
+        requests = (container.get("resources") or {}).get("requests") or {}
+        if requests:
+            init = Resources.parse(requests, field="initContainers.resources.requests")
+            total = Resources({r: max(total[r], init[r]) for r in set(total) | set(init)})
+    return total
+
+
+def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    return tuple(
+        Toleration(
+            key=t.get("key") or "",
+            operator="Exists" if t.get("operator") == "Exists" else "Equal",
+            value=t.get("value") or "",
+            effect=t.get("effect") or "",
+        )
+        for t in spec.get("tolerations") or []
+    )
+
+
+def _one_pod_per_node(spec: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """True when the pod template has required anti-affinity to its own pods per hostname."""
+    anti = ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or []
+    for term in anti:
+        if term.get("topologyKey") != HOSTNAME:
+            continue
+        wanted = (term.get("labelSelector") or {}).get("matchLabels") or {}
+        if wanted and all(labels.get(k) == v for k, v in wanted.items()):
+            return True
+    return False
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """What the cache keeps of one muster-managed Job (the gang's adapter object)."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    gang: Gang
+    queue: str
+    suspended: bool
+    admitted_at: float | None  # from the muster.dev/admitted annotation
+    admitted_size: int
+    evictions: int
+    failed_state: bool  # muster.dev/state: Failed
+    finished: bool  # Job condition Complete or Failed
+    ready: int
+    succeeded: int
+    clog_timeout: float | None
+    requeue_at: float
+    kind: str
+    gang_label: str
+    parse_error: str | None = None
+    # Controller-side bookkeeping (not from the object).
+    local_admit: tuple[float, int] | None = field(default=None)
+    reached_min: bool = False
+    below_min_since: float | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def admission(self) -> tuple[float, int] | None:
+        """(time, size) of the admission in force: the object's, or ours still in flight."""
+        if self.admitted_at is not None:
+            return self.admitted_at, self.admitted_size
+        return self.local_admit
+
+    @property
+    def active(self) -> bool:
+        """Admitted and not finished: holds quota and nodes."""
+        return self.admission is not None and not self.finished
+
+    def state(self, now: float) -> GangState:
+        if self.finished:
+            return "Finished"
+        if self.failed_state:
+            return "Failed"
+        if self.admission is not None:
+            return "Running" if self.ready + self.succeeded >= self.gang.min else "Admitted"
+        if self.requeue_at > now:
+            return "BackingOff"
+        return "Pending"
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+
+
+def is_managed_job(body: Mapping[str, Any]) -> bool:
+    meta = body.get("metadata") or {}
+    return QUEUE in (meta.get("labels") or {}) and SUBMITTED in (meta.get("annotations") or {})
+
+
+def job_record(body: Mapping[str, Any]) -> JobRecord:
+    """The record of a managed Job. Malformed muster fields are kept in `parse_error` (the gang
+    then never gets admitted and its status says why) rather than raised."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+    template = spec.get("template") or {}
+    pod_spec = template.get("spec") or {}
+    pod_labels: Mapping[str, str] = (template.get("metadata") or {}).get("labels") or {}
+    queue = annotations.get(QUEUE) or labels.get(QUEUE) or ""
+    error: str | None = None
+
+    parallelism = spec.get("parallelism")
+    completions = spec.get("completions")
+    size = 1 if parallelism is None else int(parallelism)
+    if completions is not None:
+        size = min(size, int(completions))
+    admitted_at: float | None = None
+    admitted_size = 0
+    if ADMITTED in annotations:
+        try:
+            admitted_at, admitted_size = parse_admitted(annotations[ADMITTED])
+        except GangParseError as exc:
+            error = str(exc)
+    # An admitted elastic Job has its parallelism reduced; its gang is its original size.
+    size = max(size, admitted_size, 1)
+    minimum_text = annotations.get(MIN_MEMBERS) or labels.get(MIN_MEMBERS)
+    minimum: int | None = None
+    if minimum_text is not None:
+        try:
+            minimum = int(minimum_text)
+        except ValueError:
+            error = f"{MIN_MEMBERS}: {minimum_text!r} is not an integer"
+        if minimum is not None and not 1 <= minimum <= size:
+            minimum = None
+    try:
+        stamp = parse_stamp(annotations.get(SUBMITTED, ""), f"{namespace}/{name}")
+    except StampError as exc:
+        error = str(exc)
+        stamp = SubmitStamp(0.0, 0, f"{namespace}/{name}")
+    clog_timeout: float | None = None
+    if CLOG_TIMEOUT in annotations:
+        try:
+            clog_timeout = parse_duration(
+                annotations[CLOG_TIMEOUT], field=f"annotation {CLOG_TIMEOUT}"
+            )
+        except DurationError as exc:
+            error = str(exc)
+    requeue_at = 0.0
+    if REQUEUE_AT in annotations:
+        try:
+            requeue_at = parse_time(annotations[REQUEUE_AT])
+        except ValueError:
+            requeue_at = 0.0
+    try:
+        evictions = int(annotations.get(EVICTIONS, "0"))
+    except ValueError:
+        evictions = 0
+    try:
+        requests = _requests(pod_spec)
+    except ValueError as exc:
+        error = str(exc)
+        requests = Resources()
+    kind = annotations.get(GANG_KIND) or "Job"
+    gang = Gang(
+        id=f"{namespace}/{name}",
+        queue=queue,
+        pod_requests=requests,
+        size=size,
+        min_size=minimum if minimum is not None and minimum < size else None,
+        priority=0,
+        submitted=stamp,
+        one_pod_per_node=_one_pod_per_node(pod_spec, pod_labels),
+        node_selector=dict(pod_spec.get("nodeSelector") or {}),
+        tolerations=_tolerations(pod_spec),
+        kind=kind,
+    )
+    return JobRecord(
+        namespace=namespace,
+        name=name,
+        uid=meta.get("uid") or "",
+        resource_version=meta.get("resourceVersion") or "",
+        gang=gang,
+        queue=queue,
+        suspended=bool(spec.get("suspend")),
+        admitted_at=admitted_at,
+        admitted_size=admitted_size,
+        evictions=evictions,
+        failed_state=annotations.get(STATE) == "Failed",
+        finished=_condition(status, "Complete") or _condition(status, "Failed"),
+        ready=int(status.get("ready") or 0),
+        succeeded=int(status.get("succeeded") or 0),
+        clog_timeout=clog_timeout,
+        requeue_at=requeue_at,
+        kind=kind,
+        gang_label=pod_labels.get(GANG) or name,
+        parse_error=error,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """A pod's contribution to node usage: where it runs, what it requests, whose gang it is."""
+
+    node: str
+    requests: Resources
+    gang: str | None  # "namespace/gang-label" for gang pods, None for others
+    ready: bool
+
+
+TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+
+def pod_record(body: Mapping[str, Any]) -> PodRecord | None:
+    """None for pods that hold nothing (finished ones); unbound pods have node ''."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    if status.get("phase") in TERMINAL_PHASES or (
+        meta.get("deletionTimestamp") and not spec.get("nodeName")
+    ):
+        return None
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    gang_label = labels.get(GANG)
+    try:
+        requests = _requests(spec) + Resources(pods=1)
+    except ValueError:
+        requests = Resources(pods=1)
+    return PodRecord(
+        node=spec.get("nodeName") or "",
+        requests=requests,
+        gang=f"{meta.get('namespace')}/{gang_label}" if gang_label else None,
+        ready=_condition(status, "Ready"),
+    )
+
+
+def node_from(body: Mapping[str, Any]) -> Node | None:
+    """The planner's Node (without `used`), or None for nodes pods cannot go to."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    allocatable = status.get("allocatable") or {}
+    try:
+        resources = Resources.parse(allocatable, field="status.allocatable")
+    except ValueError:
+        return None
+    taints = tuple(
+        Taint(key=t.get("key") or "", value=t.get("value") or "", effect=t["effect"])
+        for t in spec.get("taints") or []
+        if t.get("effect") in ("NoSchedule", "NoExecute", "PreferNoSchedule")
+    )
+    if spec.get("unschedulable"):
+        taints = (*taints, Taint("node.kubernetes.io/unschedulable", "", "NoSchedule"))
+    return Node(
+        name=meta.get("name") or "",
+        allocatable=resources,
+        labels=dict(meta.get("labels") or {}),
+        taints=taints,
+    )
+
+
+def _resources_or_none(value: Any, where: str) -> Resources | None:
+    if value is None:
+        return None
+    return Resources.parse(value, field=where)
+
+
+def queue_from(body: Mapping[str, Any]) -> Queue:
+    """The planner's Queue from a Queue object; raise ValueError naming the field."""
+    name = (body.get("metadata") or {}).get("name") or ""
+    spec = body.get("spec") or {}
+    where = f'queue "{name}": spec'
+    ratio = spec.get("sizeRatio")
+    backoff = spec.get("backoff") or {}
+    default = Backoff()
+    return Queue(
+        name=name,
+        parent=spec.get("parent") or None,
+        weight=float(spec.get("weight", 1.0)),
+        nominal=_resources_or_none(spec.get("nominal"), f"{where}.nominal"),
+        quota_names=frozenset(spec.get("nominal") or ()),
+        borrowing_limit=_resources_or_none(spec.get("borrowingLimit"), f"{where}.borrowingLimit"),
+        lending_limit=_resources_or_none(spec.get("lendingLimit"), f"{where}.lendingLimit"),
+        strategy="StrictFIFO" if spec.get("strategy") == "StrictFIFO" else "BestEffortFIFO",
+        size_ratio=SizeRatio(
+            ratio=float((ratio or {}).get("ratio", 0.1)),
+            action="Reject" if (ratio or {}).get("action") == "Reject" else "Serialize",
+        ),
+        clog_timeout=parse_duration(spec.get("clogTimeout", "5m"), field=f"{where}.clogTimeout"),
+        backoff=Backoff(
+            base=parse_duration(backoff.get("base", default.base), field=f"{where}.backoff.base"),
+            max=parse_duration(backoff.get("max", default.max), field=f"{where}.backoff.max"),
+            limit=int(backoff.get("limit", default.limit)),
+        ),
+        node_fit=bool(spec.get("nodeFit", True)),
+    )

@@ -1,0 +1,448 @@
+"""The admit loop and the clog and deadlock detectors.
+
+One coroutine owns every decision. It wakes when the cache reports a change (coalescing
+bursts of events into one cycle) and at least every `period` seconds, and never spins: a cycle
+that changes nothing waits for the next change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import defaultdict
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from admission.cache import Cache
+from admission.deadlock import PartialGang, gangs_to_evict, wait_for_graph
+from admission.gangs import JobRecord
+from admission.metrics import ControllerMetrics
+from admission.writes import JobRef, Writer
+from policies import Admission, Decisions, Resources, format_quantity, plan
+from policies.durations import format_duration
+
+log = logging.getLogger("muster.controller")
+
+EvictReason = Literal["Clogged", "BelowMinimum", "Deadlock"]
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """How the controller runs (flags of `muster run`)."""
+
+    policy: str = "drf"
+    """Admission policy name (policies.get_policy)."""
+    period: float = 2.0
+    """Seconds between cycles when nothing changes."""
+    coalesce: float = 0.2
+    """Seconds to wait after a change so a burst of events makes one cycle (also the least
+    time between cycles: every cycle walks all gangs, and the webhook shares the process)."""
+    deadlock_grace: float = 10.0
+    """Seconds a gang must be partially placed before the deadlock detector looks at it."""
+    status_interval: float = 2.0
+    """Least seconds between two writes of one Queue's status."""
+    admit_events: bool = True
+    """Post an Event for every admission (evictions and failures always get one)."""
+    write_concurrency: int = 32
+
+
+def _job(record: JobRecord) -> JobRef:
+    return JobRef(record.namespace, record.name, record.uid)
+
+
+def _summary(usage: Resources) -> str:
+    return ", ".join(f"{r}: {format_quantity(r, a)}" for r, a in sorted(usage.items()) if a) or "0"
+
+
+class Controller:
+    def __init__(
+        self, cache: Cache, writer: Writer, settings: ControllerSettings, metrics: ControllerMetrics
+    ) -> None:
+        self.cache = cache
+        self.writer = writer
+        self.settings = settings
+        self.metrics = metrics
+        self.inflight: set[asyncio.Task[Any]] = set()
+        self.evicting: set[str] = set()
+        self.cycles = 0
+        self.last_decisions: Decisions | None = None
+        self._status_written: dict[str, tuple[float, dict[str, object]]] = {}
+        self._known_missing: set[str] = set()
+        self._last_partial: tuple[object, ...] = ()
+        self._positions_at = 0.0
+        self._published_at = 0.0
+
+    async def run(self) -> None:
+        """Cycle forever: on change (coalesced) and at least every `period` seconds."""
+        changed = self.cache.changed
+        while True:
+            try:
+                await asyncio.wait_for(changed.wait(), self.settings.period)
+                await asyncio.sleep(self.settings.coalesce)
+            except TimeoutError:
+                pass
+            changed.clear()
+            if not self.cache.synced:
+                continue
+            try:
+                await self.cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("admit cycle failed; retrying on the next change")
+
+    async def cycle(self) -> None:
+        now = time.time()
+        self.cycles += 1
+        # 1. Heads: the pending gangs (suspended, not admitted, not backing off) are gathered by
+        #    the snapshot; each queue's order is the planner's business.
+        # 2. Snapshot: a private, immutable copy of the cache. Nothing below reads live state
+        #    for the plan.
+        started = time.perf_counter()
+        snapshot = self.cache.snapshot(now)
+        # 3. Plan: pure; in a thread so watches keep flowing while it runs.
+        decisions = (
+            await asyncio.to_thread(plan, snapshot, self.settings.policy)
+            if snapshot.pending
+            else Decisions([], {}, {})
+        )
+        self.metrics.cycle.observe(time.perf_counter() - started)
+        self.last_decisions = decisions
+        # 4. Admit: optimistic cache update now, one PATCH each, rolled back if refused.
+        for admission in decisions.admitted:
+            self._admit(admission, now)
+        # 5. Requeue the rest: remember why each waits (status service, explain, logs).
+        self._record_reasons(decisions, now)
+        # 6. Detectors: unsanctioned unsuspends, clogs, deadlocks.
+        self._resuspend_unadmitted()
+        self._detect_clogs(now)
+        self._detect_deadlocks(now)
+        # 7. Queue status and gauges, at a bounded rate.
+        self._publish(now)
+
+    # -- admit ---------------------------------------------------------------------------
+
+    def _admit(self, admission: Admission, now: float) -> None:
+        record = self.cache.jobs.get(admission.gang_id)
+        if record is None or record.admission is not None:
+            return
+        record.local_admit = (now, admission.size)
+        record.below_min_since = None
+        record.reached_min = False
+        if admission.placement:
+            self.cache.reservations[record.key] = dict(admission.placement)
+        self.cache.reasons.pop(record.key, None)
+        self.cache.touch(record.key)
+        parallelism = admission.size if admission.size < record.gang.size else None
+        task = asyncio.get_running_loop().create_task(
+            self._send_admit(record, admission, now, parallelism)
+        )
+        self.inflight.add(task)
+        task.add_done_callback(self.inflight.discard)
+
+    async def _send_admit(
+        self, record: JobRecord, admission: Admission, now: float, parallelism: int | None
+    ) -> None:
+        ref = _job(record)
+        outcome = await self.writer.call(self.writer.admit, ref, now, admission.size, parallelism)
+        if outcome == "conflict":
+            # Someone changed the Job under us (admitted elsewhere, or not suspended). Read it
+            # and let the cache hold the truth; a still-pending gang is planned again.
+            body = await self.writer.call(self.writer.get_job, record.namespace, record.name)
+            current = self.cache.jobs.get(record.key)
+            if current is not None:
+                current.local_admit = None
+            if body is not None:
+                self.cache.apply_job("MODIFIED", body)
+            self.cache.reservations.pop(record.key, None)
+            log.info("admit %s: the Job changed under us; re-reading it", record.key)
+            self.cache.changed.set()
+            return
+        current = self.cache.jobs.get(record.key)
+        if outcome != "ok":
+            if current is not None and current.uid == record.uid:
+                current.local_admit = None
+                self.cache.touch(record.key)
+            self.cache.reservations.pop(record.key, None)
+            self.cache.changed.set()
+            log.warning("admit %s rolled back (%s)", record.key, outcome)
+            return
+        if current is not None and current.uid == record.uid and current.admitted_at is None:
+            current.admitted_at, current.admitted_size = now, admission.size
+            current.suspended = False
+        self.metrics.admitted.labels(admission.queue).inc()
+        self.metrics.wait.observe(max(0.0, now - record.gang.submitted.time))
+        where = f" on {len(admission.placement)} nodes" if admission.placement else ""
+        message = (
+            f"admitted {admission.size} of {record.gang.size} pods from queue "
+            f"{admission.queue}{where}"
+        )
+        log.info("%s %s", record.key, message)
+        if self.settings.admit_events:
+            self.writer.event(ref, "Admitted", message, "Normal")
+
+    def _record_reasons(self, decisions: Decisions, now: float) -> None:
+        cache = self.cache
+        reasons = {**decisions.pending, **decisions.rejected}
+        for key, reason in reasons.items():
+            if cache.reasons.get(key) != reason:
+                if key in decisions.rejected and key not in cache.rejected:
+                    log.warning("%s cannot be admitted: %s", key, reason.message)
+                cache.touch(key)
+            if reason.code == "QueueNotFound" and key not in self._known_missing:
+                record = cache.jobs.get(key)
+                if record is not None:
+                    self._known_missing.add(key)
+                    log.warning("%s waits: %s", key, reason.message)
+                    self.writer.event(_job(record), "QueueNotFound", reason.message, "Warning")
+        # Positions are recomputed at most once a second, and at once when a gang starts or
+        # stops waiting, so a new gang never reads a stale (missing) position.
+        same_waiting = reasons.keys() == cache.reasons.keys()
+        cache.reasons = reasons
+        cache.rejected = dict(decisions.rejected)
+        self._known_missing &= set(reasons)
+        if same_waiting and now - self._positions_at < 1.0:
+            return
+        self._positions_at = now
+        # Positions: 1-based order within each queue (priority, then submission).
+        by_queue: dict[str, list[tuple[tuple[int, float, int, str], str]]] = defaultdict(list)
+        for record in cache.jobs.values():
+            if record.admission is None and not record.finished and not record.failed_state:
+                by_queue[record.queue].append((record.gang.order_key, record.key))
+        positions: dict[str, int] = {}
+        for entries in by_queue.values():
+            entries.sort()
+            for i, (_, key) in enumerate(entries, 1):
+                positions[key] = i
+        cache.positions = positions
+
+    # -- detectors -----------------------------------------------------------------------
+
+    def _resuspend_unadmitted(self) -> None:
+        for record in list(self.cache.jobs.values()):
+            if (
+                record.suspended
+                or record.finished
+                or record.admission is not None
+                or record.key in self.evicting
+            ):
+                continue
+            self.evicting.add(record.key)
+            message = (
+                "unsuspended without admission by muster; suspended again. Jobs labelled "
+                "muster.dev/queue start when muster admits them (see `muster explain`)"
+            )
+            log.warning("%s %s", record.key, message)
+            self.metrics.resuspended.inc()
+            record.suspended = True
+            self._spawn(self._send_suspend(record, message))
+
+    async def _send_suspend(self, record: JobRecord, message: str) -> None:
+        try:
+            outcome = await self.writer.call(self.writer.suspend, _job(record))
+            if outcome == "ok":
+                self.writer.event(_job(record), "NotAdmitted", message, "Warning")
+        finally:
+            self.evicting.discard(record.key)
+
+    def _clog_timeout(self, record: JobRecord) -> float:
+        if record.clog_timeout is not None:
+            return record.clog_timeout
+        tree = self.cache.tree
+        if tree is not None and record.queue in tree:
+            return tree[record.queue].clog_timeout
+        return 300.0
+
+    def _detect_clogs(self, now: float) -> None:
+        for record in list(self.cache.jobs.values()):
+            if record.admitted_at is None or record.finished or record.key in self.evicting:
+                continue
+            if record.ready + record.succeeded >= record.gang.min:
+                record.reached_min = True
+                record.below_min_since = None
+                continue
+            if record.reached_min and record.below_min_since is None:
+                record.below_min_since = now
+            since = record.below_min_since if record.reached_min else record.admitted_at
+            assert since is not None
+            timeout = self._clog_timeout(record)
+            if now - since <= timeout:
+                continue
+            reason: EvictReason = "BelowMinimum" if record.reached_min else "Clogged"
+            self.metrics.clogs.inc()
+            self._evict(
+                record,
+                reason,
+                f"{record.ready} of at least {record.gang.min} pods ready after "
+                f"{format_duration(now - since)} (clog timeout {format_duration(timeout)})",
+                now,
+            )
+
+    def _detect_deadlocks(self, now: float) -> None:
+        cache = self.cache
+        partial: list[PartialGang] = []
+        for record in cache.jobs.values():
+            adm = record.admitted_at
+            if adm is None or record.finished or record.reached_min or record.key in self.evicting:
+                continue
+            if now - adm < self.settings.deadlock_grace:
+                continue
+            gang_key = f"{record.namespace}/{record.gang_label}"
+            bound = cache.gang_bound.get(gang_key)
+            waiting = cache.gang_unbound.get(gang_key, 0)
+            if bound and waiting:
+                partial.append(PartialGang(record.gang, waiting, dict(bound)))
+        if len(partial) < 2:
+            return
+        nodes = [cache.nodes[n] for n in cache.nodes]
+        graph = wait_for_graph(nodes, cache.node_all, partial)
+        shape = (tuple(sorted(p.gang.id for p in partial)), tuple(sorted(graph.edges)))
+        if shape != self._last_partial:
+            self._last_partial = shape
+            log.info("partial gangs %s; waits %s", list(shape[0]), list(shape[1]))
+        victims = gangs_to_evict(graph, {p.gang.id: p.gang for p in partial})
+        for victim in victims:
+            record = cache.jobs[victim]
+            others = sorted(n for n in graph.successors(victim)) + sorted(
+                n for n in graph.predecessors(victim)
+            )
+            self.metrics.deadlocks.inc()
+            self._evict(
+                record,
+                "Deadlock",
+                f"deadlock with {', '.join(sorted(set(others)))}: each holds nodes the other "
+                "needs; evicting the youngest gang of the cycle",
+                now,
+            )
+
+    def _evict(self, record: JobRecord, reason: EvictReason, why: str, now: float) -> None:
+        tree = self.cache.tree
+        backoff = tree[record.queue].backoff if tree is not None and record.queue in tree else None
+        evictions = record.evictions + 1
+        limit = backoff.limit if backoff is not None else 5
+        failed = evictions > limit
+        delay = (backoff.delay(evictions) if backoff is not None else 10.0) * random.uniform(
+            0.75, 1.25
+        )
+        requeue_at = now + delay
+        self.evicting.add(record.key)
+        self.metrics.evictions.labels(reason).inc()
+        if failed:
+            self.metrics.failed.inc()
+            message = f"evicted ({reason}): {why}; {evictions - 1} evictions before: failed"
+        else:
+            message = f"evicted ({reason}): {why}; requeued in {format_duration(delay)}"
+        log.warning("%s %s", record.key, message)
+        # Optimistic: quota and nodes are free for the next cycle at once.
+        old = (record.admitted_at, record.admitted_size, record.local_admit)
+        record.admitted_at, record.local_admit = None, None
+        record.suspended = True
+        record.evictions = evictions
+        record.requeue_at = requeue_at
+        record.failed_state = failed
+        record.reached_min = False
+        record.below_min_since = None
+        self.cache.reservations.pop(record.key, None)
+        self.cache.touch(record.key)
+        self.cache.changed.set()
+        parallelism = record.gang.size if old[1] and old[1] < record.gang.size else None
+        self._spawn(
+            self._send_evict(
+                record, reason, message, evictions, requeue_at, failed, parallelism, old
+            )
+        )
+
+    async def _send_evict(
+        self,
+        record: JobRecord,
+        reason: EvictReason,
+        message: str,
+        evictions: int,
+        requeue_at: float,
+        failed: bool,
+        parallelism: int | None,
+        old: tuple[float | None, int, tuple[float, int] | None],
+    ) -> None:
+        ref = _job(record)
+        try:
+            outcome = await self.writer.call(
+                lambda: self.writer.evict(
+                    ref,
+                    evictions=evictions,
+                    requeue_at=requeue_at,
+                    reason=reason,
+                    failed=failed,
+                    parallelism=parallelism,
+                )
+            )
+            if outcome == "ok":
+                self.writer.event(ref, "Failed" if failed else "Evicted", message, "Warning")
+            elif outcome == "refused":
+                current = self.cache.jobs.get(record.key)
+                if current is not None and current.uid == record.uid:
+                    current.admitted_at, current.admitted_size, current.local_admit = old
+                    current.suspended = False
+                    current.evictions = evictions - 1
+                self.cache.changed.set()
+        finally:
+            self.evicting.discard(record.key)
+
+    def _spawn(self, coro: Coroutine[Any, Any, object]) -> None:
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
+        self.inflight.add(task)
+        task.add_done_callback(self.inflight.discard)
+
+    # -- status --------------------------------------------------------------------------
+
+    def queue_status(self) -> dict[str, dict[str, object]]:
+        """Per queue: pending, admitted, usage, share, usageSummary (also the /v1/queues body)."""
+        cache = self.cache
+        usage = cache.queue_usage()
+        capacity = cache.capacity()
+        pending: dict[str, int] = defaultdict(int)
+        admitted: dict[str, int] = defaultdict(int)
+        for record in cache.jobs.values():
+            if record.finished or record.failed_state:
+                continue
+            if record.admission is not None:
+                admitted[record.queue] += 1
+            else:
+                pending[record.queue] += 1
+        out: dict[str, dict[str, object]] = {}
+        for name, view in cache.queues.items():
+            used = usage.get(name, Resources())
+            weight = view.queue.weight if view.queue is not None else 1.0
+            share = max(
+                (used[r] / capacity[r] for r in used if capacity[r] > 0), default=0.0
+            ) / max(weight, 1e-9)
+            out[name] = {
+                "pending": pending.get(name, 0),
+                "admitted": admitted.get(name, 0),
+                "usage": {r: format_quantity(r, a) for r, a in sorted(used.items()) if a},
+                "share": f"{share:.3f}",
+                "usageSummary": _summary(used),
+            }
+            if view.error:
+                out[name]["error"] = view.error
+        return out
+
+    def _publish(self, now: float) -> None:
+        if now - self._published_at < 1.0:
+            return
+        self._published_at = now
+        statuses = self.queue_status()
+        for name, status in statuses.items():
+            self.metrics.pending.labels(name).set(float(status["pending"]))  # type: ignore[arg-type]
+            self.metrics.admitted_gangs.labels(name).set(float(status["admitted"]))  # type: ignore[arg-type]
+            self.metrics.share.labels(name).set(float(str(status["share"])))
+            last = self._status_written.get(name)
+            if last is not None and (
+                last[1] == status or now - last[0] < self.settings.status_interval
+            ):
+                continue
+            self._status_written[name] = (now, status)
+            self._spawn(self.writer.call(self.writer.patch_queue_status, name, status))
+        self.metrics.set_usage(self.cache.queue_usage(), self.cache.capacity())

@@ -1,0 +1,114 @@
+"""Prometheus metrics of the controller (prefix muster_, base units, no per-gang labels).
+
+One private `CollectorRegistry` per controller, so several controllers in one process (tests,
+benchmarks) do not collide. Documented in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from policies import Resources
+
+WAIT_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
+CYCLE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, float("inf"))
+
+
+def _base_unit(resource: str, amount: int) -> float:
+    # cpu is kept in millicores internally; export cores.
+    return amount / 1000 if resource == "cpu" else float(amount)
+
+
+class ControllerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.pending = Gauge(
+            "muster_pending_gangs", "Gangs waiting for admission.", ["queue"], registry=r
+        )
+        self.admitted_gangs = Gauge(
+            "muster_active_gangs", "Admitted gangs not finished yet.", ["queue"], registry=r
+        )
+        self.admitted = Counter(
+            "muster_admitted_gangs_total", "Gangs admitted.", ["queue"], registry=r
+        )
+        self.evictions = Counter(
+            "muster_evictions_total", "Gangs evicted, by reason.", ["reason"], registry=r
+        )
+        self.failed = Counter(
+            "muster_failed_gangs_total", "Gangs marked Failed (backoff limit).", registry=r
+        )
+        self.clogs = Counter("muster_clogs_detected_total", "Clogged gangs detected.", registry=r)
+        self.deadlocks = Counter(
+            "muster_deadlocks_broken_total", "Wait-for cycles broken.", registry=r
+        )
+        self.resuspended = Counter(
+            "muster_resuspended_total",
+            "Managed Jobs unsuspended without admission and suspended again.",
+            registry=r,
+        )
+        self.api_retries = Counter(
+            "muster_api_retries_total", "API writes retried, by HTTP status.", ["code"], registry=r
+        )
+        self.wait = Histogram(
+            "muster_admission_wait_seconds",
+            "From submission to admission.",
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.cycle = Histogram(
+            "muster_plan_cycle_duration_seconds",
+            "One admit cycle: snapshot and plan.",
+            buckets=CYCLE_BUCKETS,
+            registry=r,
+        )
+        self.share = Gauge(
+            "muster_queue_dominant_share",
+            "Weighted dominant share of each queue (0..1 of cluster capacity).",
+            ["queue"],
+            registry=r,
+        )
+        self.usage = Gauge(
+            "muster_queue_usage",
+            "Quota held by admitted gangs, in base units (cpu cores, bytes, counts).",
+            ["queue", "resource"],
+            registry=r,
+        )
+        self.capacity = Gauge(
+            "muster_cluster_capacity",
+            "Allocatable capacity of all nodes, in base units.",
+            ["resource"],
+            registry=r,
+        )
+        self.events_dropped = Counter(
+            "muster_events_dropped_total",
+            "Kubernetes Events not sent because the event backlog was full.",
+            registry=r,
+        )
+
+    def track_requests(self, count: Callable[[], int]) -> None:
+        """Export `muster_api_requests_total` from the API client's own request counter."""
+
+        class _Requests(Collector):
+            def collect(self) -> Iterator[CounterMetricFamily]:
+                yield CounterMetricFamily(
+                    "muster_api_requests",
+                    "Requests the controller's API client sent (watches excluded).",
+                    value=count(),
+                )
+
+        self.registry.register(_Requests())
+
+    def set_usage(self, usage: Mapping[str, Resources], capacity: Resources) -> None:
+        for queue, amounts in usage.items():
+            for resource, amount in amounts.items():
+                self.usage.labels(queue, resource).set(_base_unit(resource, amount))
+        for resource, amount in capacity.items():
+            self.capacity.labels(resource).set(_base_unit(resource, amount))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

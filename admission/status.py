@@ -1,0 +1,188 @@
+"""The status service: where each gang stands, as HTTP JSON served from the cache.
+
+`GET /v1/gangs/{namespace}/{name}` → state, queue, position, admitted-at, evictions, reason.
+With `?wait=SECONDS&since=VERSION` the request is held until the gang's version differs from
+VERSION (or SECONDS pass): a pod with only the standard library can wait for its gang cheaply.
+`GET /v1/queues` → per-queue pending, admitted, usage, share. `GET /metrics` (on the metrics
+listener) → Prometheus text. No request here makes an API call.
+
+A deliberately small HTTP/1.1 server on asyncio (one request per connection), in the
+controller's event loop, so a thousand held long-polls cost a thousand futures, not threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from admission.cache import Cache
+from admission.gangs import format_time
+
+log = logging.getLogger("muster.status")
+
+MAX_WAIT = 300.0
+
+
+def gang_status(cache: Cache, key: str, now: float) -> dict[str, Any] | None:
+    record = cache.jobs.get(key)
+    if record is None:
+        return None
+    state = record.state(now)
+    body: dict[str, Any] = {
+        "gang": key,
+        "kind": record.kind,
+        "queue": record.queue,
+        "state": state,
+        "size": record.gang.size,
+        "min": record.gang.min,
+        "evictions": record.evictions,
+        "version": cache.gang_versions.get(key, 0),
+        "ready": record.ready,
+        "podsBound": sum(
+            cache.gang_bound.get(f"{record.namespace}/{record.gang_label}", {}).values()
+        ),
+        "podsWaiting": cache.gang_unbound.get(f"{record.namespace}/{record.gang_label}", 0),
+    }
+    admission = record.admission
+    if admission is not None:
+        body["admittedAt"] = format_time(admission[0])
+        body["admittedSize"] = admission[1]
+    if state in ("Pending", "BackingOff"):
+        body["position"] = cache.positions.get(key)
+        reason = cache.reasons.get(key)
+        if record.parse_error:
+            body["reason"] = {"code": "Invalid", "message": record.parse_error}
+        elif state == "BackingOff":
+            body["reason"] = {
+                "code": "BackingOff",
+                "message": f"evicted {record.evictions} times; requeued at "
+                f"{format_time(record.requeue_at)}",
+            }
+        elif reason is not None:
+            body["reason"] = {"code": reason.code, "message": reason.message}
+        if key in cache.rejected:
+            body["rejected"] = True
+    return body
+
+
+class StatusServer:
+    """Serves /v1/gangs, /v1/queues and /metrics on one listener."""
+
+    def __init__(
+        self,
+        cache: Cache,
+        queues: Callable[[], dict[str, dict[str, object]]],
+        metrics: Callable[[], bytes] | None,
+        *,
+        addr: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.cache = cache
+        self.queues = queues
+        self.metrics = metrics
+        self.addr = addr
+        self.port = port
+        self.requests = 0
+        self.holding = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(
+            self._handle, self.addr, self.port, backlog=2048, limit=16384
+        )
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            method, target, _ = (line.split(" ") + ["", ""])[:3]
+            self.requests += 1
+            status, ctype, payload = await self._route(method, target)
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+                + payload
+            )
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            pass
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+                await writer.wait_closed()
+
+    async def _route(self, method: str, target: str) -> tuple[str, str, bytes]:
+        url = urlsplit(target)
+        parts = [unquote(p) for p in url.path.strip("/").split("/")]
+        if method != "GET":
+            return _json("405 Method Not Allowed", {"error": "only GET is served"})
+        if parts == ["metrics"] and self.metrics is not None:
+            return "200 OK", "text/plain; version=0.0.4", self.metrics()
+        if parts == ["v1", "queues"]:
+            return _json("200 OK", {"queues": self.queues()})
+        if parts == ["healthz"]:
+            return _json("200 OK", {"synced": self.cache.synced})
+        if len(parts) == 4 and parts[:2] == ["v1", "gangs"]:
+            query = parse_qs(url.query)
+            try:
+                wait = min(float(query.get("wait", ["0"])[0]), MAX_WAIT)
+                since = int(query["since"][0]) if "since" in query else None
+            except ValueError:
+                return _json("400 Bad Request", {"error": "wait and since must be numbers"})
+            return await self._gang(f"{parts[2]}/{parts[3]}", wait, since)
+        return _json(
+            "404 Not Found",
+            {"error": f"no route {url.path}; use /v1/gangs/NAMESPACE/NAME or /v1/queues"},
+        )
+
+    async def _gang(self, key: str, wait: float, since: int | None) -> tuple[str, str, bytes]:
+        cache = self.cache
+        if wait > 0 and since is not None and cache.gang_versions.get(key, 0) == since:
+            future = cache.waiter(key)
+            self.holding += 1
+            try:
+                await asyncio.wait_for(asyncio.shield(future), wait)
+            except TimeoutError:
+                pass
+            finally:
+                self.holding -= 1
+                cache.drop_waiter(key, future)
+        body = gang_status(cache, key, time.time())
+        if body is None:
+            return _json(
+                "404 Not Found",
+                {
+                    "error": f"gang {key} not found: no Job labelled muster.dev/queue by that "
+                    "name (it may be finished and deleted, or not managed by muster)",
+                    "version": cache.gang_versions.get(key, 0),
+                },
+            )
+        return _json("200 OK", body)
+
+
+def _json(status: str, body: object) -> tuple[str, str, bytes]:
+    return status, "application/json", json.dumps(body, sort_keys=True).encode()

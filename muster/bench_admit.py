@@ -1,0 +1,239 @@
+"""`muster bench admit`: gangs admitted per second by `muster run` from a burst, next to the
+apiserver's raw PATCH rate measured in the same run, and the controller's memory.
+
+Steps: (1) a control plane (started here, or --kubeconfig); (2) raw PATCH/s of that apiserver
+(`simulator.bench_apiserver.measure_patches`, before muster runs); (3) `muster run --local` as a
+subprocess; (4) --jobs labelled one-pod Jobs created from --submitters threads into an unlimited
+queue; gangs/s = jobs / (last `muster.dev/admitted` time - first create); (5) optionally
+--rss-pending N Jobs left pending in a queue with no room, and the controller's RSS then.
+Prints a table and one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from admission.gangs import parse_admitted
+from admission.kubeapi import ApiError, KubeClient
+
+REPO = Path(__file__).resolve().parent.parent
+QUEUES = "/apis/muster.dev/v1alpha1/queues"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--submitters", type=int, default=16, help="threads creating Jobs")
+    parser.add_argument("--patches", type=int, default=3000, help="raw PATCHes to time")
+    parser.add_argument("--concurrency", type=int, default=32, help="raw PATCH threads")
+    parser.add_argument("--rss-pending", type=int, default=0, help="also measure RSS at N pending")
+    parser.add_argument("--kubeconfig", help="use this cluster instead of starting one")
+    parser.add_argument("--name", default="bench-admit", help="cluster name when starting one")
+    parser.add_argument("--json", action="store_true", help="print only the JSON line")
+    parser.epilog = "example:\n  muster bench admit --jobs 5000 --nodes 1000 --json"
+
+
+def _job(name: str, queue: str | None, suspend: bool = False) -> dict[str, Any]:
+    labels = {"muster.dev/queue": queue} if queue else {}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "suspend": suspend,
+            "template": {
+                "metadata": {"annotations": {"muster.dev/runtime": "2s"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "tolerations": [
+                        {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+                    ],
+                    "containers": [
+                        {"name": "m", "image": "x", "resources": {"requests": {"cpu": "100m"}}}
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _create_many(
+    client: KubeClient, namespace: str, names: list[str], queue: str, threads: int
+) -> float:
+    path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+    first: list[float] = []
+
+    def create(name: str) -> None:
+        if not first:
+            first.append(time.time())
+        for attempt in range(20):
+            try:
+                client.create(path, _job(name, queue))
+                return
+            except ApiError as exc:
+                if exc.status == 409:
+                    return
+                if (exc.status < 500 and exc.status != 429) or attempt == 19:
+                    raise
+                time.sleep(0.2)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(create, names))
+    return first[0]
+
+
+def _admitted_times(client: KubeClient, namespace: str) -> list[float]:
+    from admission.controller import list_all
+
+    times = []
+    for job in list_all(client, f"/apis/batch/v1/namespaces/{namespace}/jobs"):
+        value = (job["metadata"].get("annotations") or {}).get("muster.dev/admitted")
+        if value:
+            times.append(parse_admitted(value)[0])
+    return times
+
+
+def run(args: argparse.Namespace) -> int:
+    from simulator.bench_apiserver import measure_patches
+    from simulator.controlplane.cluster import LocalCluster, NodeShape
+    from simulator.controlplane.minicluster import apply_crd
+
+    def say(message: str) -> None:
+        if not args.json:
+            print(message, file=sys.stderr, flush=True)
+
+    cluster = None
+    if args.kubeconfig:
+        kubeconfig = Path(args.kubeconfig)
+    else:
+        cluster = LocalCluster(name=args.name, log=say)
+        cluster.up(nodes=args.nodes, shape=NodeShape())
+        kubeconfig = cluster.kubeconfig
+    client = KubeClient.from_kubeconfig(kubeconfig)
+    proc: subprocess.Popen[str] | None = None
+    stamp = int(time.time())
+    ns, raw_ns = f"bench-admit-{stamp}", f"bench-raw-{stamp}"
+    try:
+        apply_crd(
+            client, yaml.safe_load((REPO / "manifests/crd/queues.muster.dev.yaml").read_text())
+        )
+        for name in (ns, raw_ns):
+            client.create("/api/v1/namespaces", {"metadata": {"name": name}})
+        for queue, spec in ((ns, {}), (f"{ns}-full", {"nominal": {"cpu": "1m"}})):
+            client.create(
+                QUEUES,
+                {
+                    "apiVersion": "muster.dev/v1alpha1",
+                    "kind": "Queue",
+                    "metadata": {"name": queue},
+                    "spec": spec,
+                },
+            )
+        # 2. Raw PATCH/s of this apiserver, before muster adds load.
+        raw_jobs = [f"raw-{i}" for i in range(64)]
+        for name in raw_jobs:
+            client.create(f"/apis/batch/v1/namespaces/{raw_ns}/jobs", _job(name, None, True))
+        raw = measure_patches(client, raw_ns, raw_jobs, args.patches, args.concurrency)
+        raw_rate = float(raw["patch_per_s"])
+        say(f"raw PATCH/s: {raw_rate:.0f}")
+        # 3. muster run --local.
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "muster.cli",
+                "run",
+                "--local",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--status-port",
+                "-1",
+                "--metrics-port",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        ready = {"webhook": False, "controller": False}
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            ready["webhook"] |= "webhook ready" in line
+            ready["controller"] |= "controller ready" in line
+            if all(ready.values()):
+                break
+        threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
+        # 4. The burst.
+        names = [f"g-{i:05d}" for i in range(args.jobs)]
+        say(f"creating {args.jobs} Jobs from {args.submitters} threads ...")
+        first = _create_many(client, ns, names, ns, args.submitters)
+        created = time.time()
+        deadline = time.time() + 600
+        times: list[float] = []
+        while time.time() < deadline:
+            times = _admitted_times(client, ns)
+            if len(times) >= args.jobs:
+                break
+            time.sleep(1)
+        last = max(times) if times else time.time()
+        gangs_per_s = len(times) / max(last - first, 1e-9)
+        rss = _rss_mb(proc.pid)
+        result: dict[str, Any] = {
+            "jobs": args.jobs,
+            "admitted": len(times),
+            "nodes": args.nodes,
+            "create_s": round(created - first, 2),
+            "admit_s": round(last - first, 2),
+            "gangs_per_s": round(gangs_per_s, 1),
+            "raw_patch_per_s": round(raw_rate, 1),
+            "ratio": round(gangs_per_s / raw_rate, 3),
+            "controller_rss_mb": round(rss, 1),
+        }
+        # 5. RSS with N gangs pending.
+        if args.rss_pending:
+            pending = [f"p-{i:05d}" for i in range(args.rss_pending)]
+            say(f"creating {args.rss_pending} pending Jobs ...")
+            _create_many(client, ns, pending, f"{ns}-full", args.submitters)
+            time.sleep(10)
+            result["pending"] = args.rss_pending
+            result["controller_rss_mb_at_pending"] = round(_rss_mb(proc.pid), 1)
+        print(json.dumps(result), flush=True)
+        return 0 if len(times) >= args.jobs else 1
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for name in (ns, f"{ns}-full"):
+            with contextlib.suppress(ApiError, OSError):
+                client.delete(f"{QUEUES}/{name}")
+        for name in (ns, raw_ns):
+            with contextlib.suppress(ApiError, OSError):
+                client.delete(f"/api/v1/namespaces/{name}")
+        client.close()
+        if cluster is not None:
+            cluster.down(quiet=True)

@@ -1,0 +1,273 @@
+"""The queue controller on the real control plane: whole-gang admission under quota, DRF order,
+re-suspension of unadmitted Jobs, deadlock breaking, and the status service."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from admission.gangs import parse_admitted
+from admission.kubeapi import KubeClient
+from policies.submitted import parse_stamp
+from policies.vocabulary import EVICTED_REASON, SUBMITTED
+from simulator.controlplane.cluster import FAKE_NODE_TAINT, NODE_GROUP_LABEL
+from tests.conftest import MusterProcess
+from tests.controller_helpers import (
+    admitted,
+    all_jobs,
+    create_nodes,
+    create_queue,
+    delete_nodes,
+    delete_queue,
+    evictions,
+    finished,
+    gang_job,
+    http_json,
+    job_cpu,
+    jobs_path,
+    metric,
+    sampling,
+    wait_all_finished,
+)
+from tests.kube import wait_for
+
+pytestmark = [pytest.mark.cluster]
+
+
+def test_burst_in_two_queues_is_admitted_whole_in_order_within_quota(
+    kube: KubeClient, namespace: str, muster: MusterProcess
+) -> None:
+    quota_m = 16_000  # 16 cpu each: 4 gangs of 4 pods x 1 cpu at a time
+    queues = [f"{namespace}-a", f"{namespace}-b"]
+    for q in queues:
+        create_queue(kube, q, {"nominal": {"cpu": "16"}})
+    per_queue = 16
+    try:
+        with sampling(kube, namespace) as samples:
+            statuses: list[dict[str, Any]] = []
+            names = [(q, f"{q[-1]}-{i:02d}") for i in range(per_queue) for q in queues]
+
+            def submit(part: list[tuple[str, str]]) -> None:
+                with KubeClient(kube.credentials) as own:
+                    for q, name in part:
+                        own.create(jobs_path(namespace), gang_job(name, q, pods=4, runtime="2s"))
+
+            threads = [threading.Thread(target=submit, args=(names[i::4],)) for i in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline:
+                statuses.append(
+                    {q: kube.get(f"/apis/muster.dev/v1alpha1/queues/{q}") for q in queues}
+                )
+                jobs = all_jobs(kube, namespace)
+                if len(jobs) == len(names) and all(finished(j) for j in jobs):
+                    break
+                time.sleep(0.5)
+        wait_all_finished(kube, namespace, len(names), 30)
+        jobs = all_jobs(kube, namespace)
+    finally:
+        for q in queues:
+            delete_queue(kube, q)
+
+    # Whole: every gang admitted once at its full size, every pod succeeded, no kopf marks.
+    for job in jobs:
+        _, size = parse_admitted(str(admitted(job)))
+        assert size == 4, job["metadata"]["name"]
+        assert job["status"].get("succeeded") == 4
+        assert not [k for k in job["metadata"].get("annotations", {}) if "kopf" in k]
+        assert not job["metadata"].get("finalizers")
+    # Never above quota, in any sample of the API's own state.
+    peak: dict[str, int] = defaultdict(int)
+    for sample in samples:
+        held: dict[str, int] = defaultdict(int)
+        for job in sample:
+            if admitted(job) and not finished(job):
+                held[job["metadata"]["labels"]["muster.dev/queue"]] += job_cpu(job)
+        for q, amount in held.items():
+            assert amount <= quota_m, f"queue {q} held {amount}m cpu > {quota_m}m"
+            peak[q] = max(peak[q], amount)
+    # DRF between equal queues: both reached their quota; FIFO within each queue.
+    assert all(peak[q] == quota_m for q in queues), dict(peak)
+    for q in queues:
+        mine = [j for j in jobs if j["metadata"]["labels"]["muster.dev/queue"] == q]
+        mine.sort(key=lambda j: parse_stamp(j["metadata"]["annotations"][SUBMITTED]))
+        times = [parse_admitted(str(admitted(j)))[0] for j in mine]
+        assert times == sorted(times), f"queue {q} admitted out of submission order"
+    # Queue status showed usage while gangs ran.
+    summaries = {s[q].get("status", {}).get("usageSummary") for s in statuses for q in queues}
+    assert "cpu: 16" in summaries, summaries
+
+
+def test_unadmitted_unsuspend_is_suspended_again(
+    kube: KubeClient, namespace: str, muster: MusterProcess
+) -> None:
+    q = f"{namespace}-full"
+    create_queue(kube, q, {"nominal": {"cpu": "1m"}})
+    try:
+        kube.create(jobs_path(namespace), gang_job("sneaky", q, pods=2))
+        kube.patch(f"{jobs_path(namespace)}/sneaky", {"spec": {"suspend": False}})
+        job = wait_for(
+            lambda: (j := kube.get(f"{jobs_path(namespace)}/sneaky"))["spec"]["suspend"] and j,
+            timeout=30,
+            what="the Job to be suspended again",
+        )
+        assert admitted(job) is None
+        events = kube.get(
+            f"/api/v1/namespaces/{namespace}/events",
+            {"fieldSelector": "involvedObject.name=sneaky"},
+        )["items"]
+        assert any(e["reason"] == "NotAdmitted" for e in events) or wait_for(
+            lambda: any(
+                e["reason"] == "NotAdmitted"
+                for e in kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+            ),
+            timeout=10,
+            what="a NotAdmitted Event",
+        )
+    finally:
+        delete_queue(kube, q)
+
+
+def test_two_gang_deadlock_is_broken_before_the_clog_timeout(
+    kube: KubeClient, namespace: str, muster: MusterProcess
+) -> None:
+    """A holds a1+s1 and needs s2; B holds b1+s2 and needs s1: a wait-for cycle.
+
+    The order is forced with a taint on s2 that only B tolerates, lifted once both are placed.
+    Pods run 20s, longer than the detector needs (grace 3s), so neither gang's pods finish and
+    free a node before the cycle is seen.
+    """
+    group = f"dl-{namespace}"[:60]
+    nodes = {
+        f"{group}-{n}": labels
+        for n, labels in (
+            ("a1", {"dl-a": "1"}),
+            ("s1", {"dl-a": "1", "dl-b": "1"}),
+            ("s2", {"dl-a": "1", "dl-b": "1"}),
+            ("b1", {"dl-b": "1"}),
+        )
+    }
+    hold = {"key": "dl-hold", "value": "b", "effect": "NoSchedule"}
+    create_nodes(kube, group, nodes, taints={f"{group}-s2": [hold]})
+    q = f"{namespace}-dl"
+    create_queue(
+        kube,
+        q,
+        {"nodeFit": False, "clogTimeout": "10m", "backoff": {"base": "1s", "max": "2s"}},
+    )
+    pods_path = f"/api/v1/namespaces/{namespace}/pods"
+
+    def bound(gang: str) -> int:
+        pods = kube.get(pods_path, {"labelSelector": f"muster.dev/gang={gang}"})["items"]
+        return sum(1 for p in pods if p["spec"].get("nodeName"))
+
+    try:
+        select = {NODE_GROUP_LABEL: group}
+        kube.create(
+            jobs_path(namespace),
+            gang_job("a", q, pods=3, cpu="6", runtime="20s", node_selector={**select, "dl-a": "1"}),
+        )
+        wait_for(lambda: bound("a") == 2, timeout=60, what="2 pods of gang a bound")
+        kube.create(
+            jobs_path(namespace),
+            gang_job(
+                "b",
+                q,
+                pods=3,
+                cpu="6",
+                runtime="20s",
+                node_selector={**select, "dl-b": "1"},
+                tolerations=[{"key": "dl-hold", "operator": "Exists", "effect": "NoSchedule"}],
+            ),
+        )
+        wait_for(lambda: bound("b") == 2, timeout=60, what="2 pods of gang b bound")
+        kube.patch(f"/api/v1/nodes/{group}-s2", {"spec": {"taints": [FAKE_NODE_TAINT]}})
+        started = time.monotonic()
+        job_b: dict[str, Any] = wait_for(
+            lambda: j if evictions(j := kube.get(f"{jobs_path(namespace)}/b")) else None,
+            timeout=120,
+            what="gang b evicted",
+        )
+        assert time.monotonic() - started < 600  # the clog timeout: not what evicted it
+        assert job_b["metadata"]["annotations"][EVICTED_REASON] == "Deadlock"
+        assert evictions(kube.get(f"{jobs_path(namespace)}/a")) == 0
+        wait_all_finished(kube, namespace, 2, 240)
+        assert evictions(kube.get(f"{jobs_path(namespace)}/a")) == 0
+        assert metric(muster.metrics_url, "muster_deadlocks_broken_total") >= 1
+    finally:
+        delete_queue(kube, q)
+        delete_nodes(kube, group)
+
+
+async def _long_polls(url: str, count: int) -> list[dict[str, Any]]:
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    target = f"{parts.path}?{parts.query}"
+
+    async def one() -> dict[str, Any]:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(f"GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            await writer.drain()
+            data = await reader.read()
+        finally:
+            writer.close()
+            await writer.wait_closed()
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        result: dict[str, Any] = json.loads(body)
+        return result
+
+    return list(await asyncio.gather(*(one() for _ in range(count))))
+
+
+def test_status_service_serves_long_polls_from_the_cache(
+    kube: KubeClient, namespace: str, muster: MusterProcess
+) -> None:
+    q = f"{namespace}-st"
+    create_queue(kube, q, {"nominal": {"cpu": "1m"}})
+    try:
+        kube.create(jobs_path(namespace), gang_job("waiting", q, pods=2))
+        url = f"{muster.status_url}/v1/gangs/{namespace}/waiting"
+        status = wait_for(
+            lambda: (s := http_json(url)).get("reason") and s, timeout=30, what="a pending reason"
+        )
+        assert status["state"] == "Pending" and status["queue"] == q
+        assert status["position"] == 1
+        assert status["reason"]["code"] in ("NeverFits", "QuotaExhausted")
+        time.sleep(3)  # let queue status writes for the new gang settle
+        before = metric(muster.metrics_url, "muster_api_requests_total")
+        polls = asyncio.run(_long_polls(f"{url}?wait=3&since={status['version']}", 1000))
+        after = metric(muster.metrics_url, "muster_api_requests_total")
+        assert len(polls) == 1000 and all(p["state"] == "Pending" for p in polls)
+        assert after == before, f"status queries made {after - before} API requests"
+
+        # A long-poll returns as soon as the gang changes: give the queue room.
+        results: list[list[dict[str, Any]]] = []
+        version = http_json(url)["version"]
+        waiter = threading.Thread(
+            target=lambda: results.append(
+                asyncio.run(_long_polls(f"{url}?wait=120&since={version}", 20))
+            )
+        )
+        waiter.start()
+        time.sleep(1)
+        kube.patch(f"/apis/muster.dev/v1alpha1/queues/{q}", {"spec": {"nominal": {"cpu": "8"}}})
+        waiter.join(timeout=60)
+        assert results and all(
+            p["state"] in ("Admitted", "Running", "Finished") for p in results[0]
+        )
+        queues = http_json(f"{muster.status_url}/v1/queues")["queues"]
+        assert q in queues
+    finally:
+        delete_queue(kube, q)

@@ -1,0 +1,181 @@
+"""Helpers for controller cluster tests: queues, gangs, kwok node groups, sampling Jobs."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from admission.kubeapi import ApiError, KubeClient
+from policies import Resources
+from policies.vocabulary import ADMITTED, EVICTIONS
+from simulator.controlplane.cluster import (
+    FAKE_NODE_ANNOTATION,
+    FAKE_NODE_TAINT,
+    NODE_GROUP_LABEL,
+    wait_nodes_ready,
+)
+from tests.kube import job_condition, job_manifest
+
+QUEUES = "/apis/muster.dev/v1alpha1/queues"
+
+
+def jobs_path(namespace: str) -> str:
+    return f"/apis/batch/v1/namespaces/{namespace}/jobs"
+
+
+def create_queue(kube: KubeClient, name: str, spec: Mapping[str, Any]) -> None:
+    body = {"apiVersion": "muster.dev/v1alpha1", "kind": "Queue", "metadata": {"name": name}}
+    kube.create(QUEUES, {**body, "spec": dict(spec)})
+
+
+def delete_queue(kube: KubeClient, name: str) -> None:
+    try:
+        kube.delete(f"{QUEUES}/{name}")
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+
+
+def gang_job(
+    name: str,
+    queue: str,
+    *,
+    pods: int,
+    cpu: str = "1",
+    runtime: str = "2s",
+    node_selector: Mapping[str, str] | None = None,
+    tolerations: Sequence[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    body = job_manifest(name, parallelism=pods, cpu=cpu, runtime=runtime)
+    body["metadata"]["labels"]["muster.dev/queue"] = queue
+    spec = body["spec"]["template"]["spec"]
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    spec["tolerations"] = [*spec["tolerations"], *tolerations]
+    return body
+
+
+def admitted(job: Mapping[str, Any]) -> str | None:
+    return ((job.get("metadata") or {}).get("annotations") or {}).get(ADMITTED)
+
+
+def evictions(job: Mapping[str, Any]) -> int:
+    return int(((job.get("metadata") or {}).get("annotations") or {}).get(EVICTIONS, "0"))
+
+
+def finished(job: Mapping[str, Any]) -> bool:
+    return job_condition(dict(job), "Complete") or job_condition(dict(job), "Failed")
+
+
+def job_cpu(job: Mapping[str, Any]) -> int:
+    """Millicores a job holds as admitted: admitted size x the pod's cpu request."""
+    size = int(str(admitted(job)).rsplit("/", 1)[1])
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    requests = Resources.parse(container["resources"]["requests"], field="requests")
+    return size * requests["cpu"]
+
+
+def all_jobs(kube: KubeClient, namespace: str) -> list[dict[str, Any]]:
+    return list(kube.get(jobs_path(namespace))["items"])
+
+
+@contextmanager
+def sampling(
+    kube: KubeClient, namespace: str, interval: float = 0.3
+) -> Iterator[list[list[dict[str, Any]]]]:
+    """Lists the namespace's Jobs every `interval` seconds in a thread while the body runs."""
+    samples: list[list[dict[str, Any]]] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        with KubeClient(kube.credentials) as own:
+            while not stop.wait(interval):
+                samples.append(all_jobs(own, namespace))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join()
+
+
+def create_nodes(
+    kube: KubeClient,
+    group: str,
+    names_labels: Mapping[str, Mapping[str, str]],
+    *,
+    cpu: str = "8",
+    memory: str = "30Gi",
+    taints: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
+) -> None:
+    """kwok nodes of one group with extra labels (and taints) per node; wait until Ready."""
+    allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
+    for name, labels in names_labels.items():
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {
+                    "type": "kwok",
+                    "kubernetes.io/hostname": name,
+                    NODE_GROUP_LABEL: group,
+                    **labels,
+                },
+            },
+            "spec": {"taints": [FAKE_NODE_TAINT, *((taints or {}).get(name) or [])]},
+            "status": {"allocatable": allocatable, "capacity": allocatable},
+        }
+        try:
+            kube.create("/api/v1/nodes", body)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+    wait_nodes_ready(kube, len(names_labels), f"{NODE_GROUP_LABEL}={group}", 120)
+
+
+def delete_nodes(kube: KubeClient, group: str) -> None:
+    nodes = kube.get("/api/v1/nodes", {"labelSelector": f"{NODE_GROUP_LABEL}={group}"})["items"]
+    for node in nodes:
+        try:
+            kube.delete(f"/api/v1/nodes/{node['metadata']['name']}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+
+def http_json(url: str, timeout: float = 30) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.load(response)
+
+
+def metric(metrics_url: str, name: str) -> float:
+    with urllib.request.urlopen(f"{metrics_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and (line[len(name)] in " {"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def wait_all_finished(kube: KubeClient, namespace: str, count: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    jobs: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        jobs = all_jobs(kube, namespace)
+        if len(jobs) >= count and all(finished(j) for j in jobs):
+            return
+        time.sleep(1)
+    left = [j["metadata"]["name"] for j in jobs if not finished(j)]
+    raise AssertionError(
+        f"{len(left)} of {count} jobs not finished after {timeout:.0f}s: {left[:10]}"
+    )

@@ -1,0 +1,164 @@
+"""Pure parts of the controller: the gang adapter, the cache's bookkeeping, the wait-for graph."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from admission.cache import Cache
+from admission.deadlock import PartialGang, gangs_to_evict, wait_for_graph
+from admission.gangs import format_admitted, job_record, parse_admitted, queue_from
+from policies import Gang, Node, Resources, SubmitStamp, Taint, Toleration, plan
+
+KWOK = Taint("kwok.x-k8s.io/node", "fake", "NoSchedule")
+TOLERATE = (Toleration("kwok.x-k8s.io/node", "Exists", "", "NoSchedule"),)
+
+
+def job(
+    name: str, *, pods: int = 4, annotations: dict[str, str] | None = None, **status: Any
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "resourceVersion": "10",
+            "labels": {"muster.dev/queue": "q"},
+            "annotations": {
+                "muster.dev/queue": "q",
+                "muster.dev/submitted": "2026-01-02T03:04:05.000000001Z/000000000001",
+                **(annotations or {}),
+            },
+        },
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "suspend": True,
+            "template": {
+                "metadata": {"labels": {"muster.dev/gang": name}},
+                "spec": {"containers": [{"resources": {"requests": {"cpu": "2"}}}]},
+            },
+        },
+        "status": status,
+    }
+
+
+def test_job_record_reads_the_gang() -> None:
+    record = job_record(job("a", annotations={"muster.dev/min-members": "2"}))
+    assert record.gang.size == 4 and record.gang.min == 2
+    assert record.gang.pod_requests == Resources(cpu=2000)
+    assert record.admission is None and record.suspended
+    assert record.gang.submitted.seq == 1
+
+
+def test_admitted_annotation_round_trips() -> None:
+    value = format_admitted(1_800_000_000.25, 3)
+    assert parse_admitted(value) == (1_800_000_000.25, 3)
+    record = job_record(job("a", annotations={"muster.dev/admitted": value}))
+    assert record.admission == (1_800_000_000.25, 3)
+    assert record.gang.size == 4  # an elastic admission does not shrink the gang
+
+
+def test_queue_from_reads_durations_and_quota() -> None:
+    queue = queue_from(
+        {
+            "metadata": {"name": "q"},
+            "spec": {
+                "nominal": {"cpu": "16"},
+                "clogTimeout": "90s",
+                "backoff": {"base": "2s", "max": "1m", "limit": 3},
+                "nodeFit": False,
+            },
+        }
+    )
+    assert queue.nominal == Resources(cpu=16000)
+    assert queue.clog_timeout == 90 and queue.backoff.max == 60 and not queue.node_fit
+
+
+def test_stale_events_do_not_undo_newer_state() -> None:
+    cache = Cache()
+    newer = job("a", annotations={"muster.dev/admitted": format_admitted(1.0, 4)})
+    newer["metadata"]["resourceVersion"] = "20"
+    cache.apply_job("MODIFIED", newer)
+    cache.apply_job("MODIFIED", job("a"))  # resourceVersion 10: older
+    assert cache.jobs["ns/a"].admission == (1.0, 4)
+
+
+def test_snapshot_counts_admitted_gangs_against_quota() -> None:
+    cache = Cache()
+    cache.apply_queue("ADDED", {"metadata": {"name": "q"}, "spec": {"nominal": {"cpu": "8"}}})
+    cache.apply_node(
+        "ADDED",
+        {"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "64", "pods": "110"}}},
+    )
+    admitted = job("a", annotations={"muster.dev/admitted": format_admitted(1.0, 4)})
+    admitted["spec"]["suspend"] = False
+    cache.apply_job("ADDED", admitted)
+    cache.apply_job("ADDED", job("b"))
+    snapshot = cache.snapshot(now=10.0)
+    assert [g.id for g in snapshot.pending] == ["ns/b"]
+    decisions = plan(snapshot)
+    assert not decisions.admitted and decisions.pending["ns/b"].code == "QuotaExhausted"
+    done = dict(admitted, status={"conditions": [{"type": "Complete", "status": "True"}]})
+    done["metadata"] = dict(admitted["metadata"], resourceVersion="30")
+    cache.apply_job("MODIFIED", done)
+    assert [a.gang_id for a in plan(cache.snapshot(now=11.0)).admitted] == ["ns/b"]
+
+
+def test_pods_of_other_workloads_count_as_node_usage() -> None:
+    cache = Cache()
+    cache.apply_node("ADDED", {"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4"}}})
+    pod: dict[str, Any] = {
+        "metadata": {"name": "p", "namespace": "x", "uid": "p1", "resourceVersion": "5"},
+        "spec": {"nodeName": "n1", "containers": [{"resources": {"requests": {"cpu": "3"}}}]},
+        "status": {"phase": "Running"},
+    }
+    cache.apply_pod("ADDED", pod)
+    assert cache.snapshot(0.0).nodes[0].used["cpu"] == 3000
+    cache.apply_pod(
+        "MODIFIED",
+        {
+            **pod,
+            "status": {"phase": "Succeeded"},
+            "metadata": {**pod["metadata"], "resourceVersion": "6"},
+        },
+    )
+    assert cache.snapshot(0.0).nodes[0].used["cpu"] == 0
+
+
+def _gang(name: str, seq: int, selector: dict[str, str]) -> Gang:
+    return Gang(
+        f"ns/{name}",
+        "q",
+        Resources(cpu=6000),
+        3,
+        submitted=SubmitStamp(1.0, seq, name),
+        node_selector=selector,
+        tolerations=TOLERATE,
+    )
+
+
+def test_wait_for_cycle_evicts_the_youngest_gang() -> None:
+    alloc = Resources(cpu=8000, pods=110)
+    nodes = [
+        Node("a1", alloc, {"a": "1"}, (KWOK,)),
+        Node("s1", alloc, {"a": "1", "b": "1"}, (KWOK,)),
+        Node("s2", alloc, {"a": "1", "b": "1"}, (KWOK,)),
+        Node("b1", alloc, {"b": "1"}, (KWOK,)),
+    ]
+    a, b = _gang("a", 1, {"a": "1"}), _gang("b", 2, {"b": "1"})
+    used = {n.name: Resources(cpu=6000, pods=1) for n in nodes}
+    partial = [PartialGang(a, 1, {"a1": 1, "s1": 1}), PartialGang(b, 1, {"b1": 1, "s2": 1})]
+    graph = wait_for_graph(nodes, used, partial)
+    assert set(graph.edges) == {("ns/a", "ns/b"), ("ns/b", "ns/a")}
+    assert gangs_to_evict(graph, {"ns/a": a, "ns/b": b}) == ["ns/b"]
+
+
+def test_no_cycle_when_a_waiting_gang_fits_somewhere() -> None:
+    alloc = Resources(cpu=8000, pods=110)
+    nodes = [Node("s1", alloc), Node("free", alloc)]
+    a, b = _gang("a", 1, {}), _gang("b", 2, {})
+    a = Gang(a.id, "q", a.pod_requests, 3, submitted=a.submitted)
+    b = Gang(b.id, "q", b.pod_requests, 3, submitted=b.submitted)
+    used = {"s1": Resources(cpu=6000, pods=1)}
+    partial = [PartialGang(a, 2, {"s1": 1}), PartialGang(b, 2, {"s1": 1})]
+    assert gangs_to_evict(wait_for_graph(nodes, used, partial), {a.id: a, b.id: b}) == []
