@@ -341,6 +341,10 @@ class LocalCluster:
             "--kube-api-qps=500",
             "--kube-api-burst=1000",
             "--concurrent-job-syncs=20",
+            # kwok posts 1000+ node heartbeats from one process; on a 2-core machine under a
+            # burst they can lag past the 50 s default, and the node lifecycle controller would
+            # then taint fake nodes unreachable and evict their pods. A simulator must not.
+            "--node-monitor-grace-period=5m",
             "--v=1",
         ]
 

@@ -133,7 +133,8 @@ class MiniClusterReconciler:
     def reconcile_once(self) -> None:
         for mc in self.client.get(MINICLUSTERS)["items"]:
             key = (mc["metadata"]["namespace"], mc["metadata"]["name"])
-            if key in self.created:
+            if key in self.created or mc["metadata"].get("deletionTimestamp"):
+                # Like the operator: nothing new for an object that is going away.
                 continue
             try:
                 self.client.create(f"/apis/batch/v1/namespaces/{key[0]}/jobs", job_for(mc))

@@ -1,0 +1,138 @@
+"""Gang semantics for kwok pods: a gang's pods work only once all of its minimum members run.
+
+kwok completes each pod on its own (Stage `muster-pod-complete`, after `muster.dev/runtime`), so
+a gang that is only partly placed would still make progress, and clogs would never appear. Real
+gangs (MPI ranks, a Flux MiniCluster) wait for their peers while holding their nodes. The
+`GangRunner` models that: pods annotated `muster.dev/gang-runtime: "30s"` run until the gang's
+minimum members (the Job's `muster.dev/min-members`, else its parallelism) are all Running; then
+it writes `muster.dev/complete-at` = now + runtime on each running member, and kwok (Stage
+`muster-pod-complete-at`) completes them together at that time. A member that starts later in
+the same run gets the same time. When every pod of a gang is gone (evicted), the next run starts
+afresh.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+from admission.kubeapi import ApiError, KubeClient
+from policies.durations import DurationError, parse_duration
+from policies.vocabulary import COMPLETE_AT, GANG, GANG_RUNTIME, MIN_MEMBERS
+
+JOB_NAME = "batch.kubernetes.io/job-name"
+
+
+def rfc3339(seconds: float) -> str:
+    """RFC3339 with nanosecond digits, as kwok's Stage delay parses it."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class GangRunner:
+    """Polls gang pods and starts each gang's runtime once its minimum members run."""
+
+    def __init__(self, client: KubeClient, namespace: str | None = None, interval: float = 0.3):
+        self.client = client
+        self.path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+        self.interval = interval
+        self.errors: list[str] = []
+        self.started: dict[tuple[str, str], float] = {}  # gang -> its run's completion time
+        self.runs = 0  # gang runs started (a gang evicted and re-admitted runs again)
+        self._minimum: dict[tuple[str, str], int] = {}  # (namespace, job name) -> min members
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gang-runner", daemon=True)
+
+    def start(self) -> GangRunner:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def __enter__(self) -> GangRunner:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def run_once(self, now: float | None = None) -> None:
+        pods = self.client.get(self.path, {"labelSelector": GANG})["items"]
+        gangs: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for pod in pods:
+            meta = pod["metadata"]
+            if GANG_RUNTIME in (meta.get("annotations") or {}):
+                gangs[(meta["namespace"], meta["labels"][GANG])].append(pod)
+        for key in set(self.started) - set(gangs):
+            del self.started[key]
+        for key, members in gangs.items():
+            self._advance(key, members, time.time() if now is None else now)
+
+    def _advance(self, key: tuple[str, str], members: list[dict[str, Any]], now: float) -> None:
+        live = [
+            p
+            for p in members
+            if "deletionTimestamp" not in p["metadata"]
+            and (p.get("status") or {}).get("phase") in ("Pending", "Running")
+        ]
+        if not live:
+            self.started.pop(key, None)
+            return
+        running = [p for p in live if p["status"].get("phase") == "Running"]
+        at = self.started.get(key)
+        if at is None:
+            minimum = self._min_members(live[0])
+            if minimum is None or len(running) < minimum:
+                return
+            annotations = live[0]["metadata"]["annotations"]
+            try:
+                runtime = parse_duration(annotations[GANG_RUNTIME], field=GANG_RUNTIME)
+            except DurationError as exc:
+                self.errors.append(f"{key[0]}/{key[1]}: {exc}")
+                return
+            at = self.started[key] = now + runtime
+            self.runs += 1
+        stamp = rfc3339(at)
+        for pod in running:
+            meta = pod["metadata"]
+            if COMPLETE_AT in (meta.get("annotations") or {}):
+                continue
+            try:
+                self.client.patch(
+                    f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                    {"metadata": {"annotations": {COMPLETE_AT: stamp}}},
+                )
+            except ApiError as exc:
+                if exc.status != 404:
+                    self.errors.append(exc.message)
+
+    def _min_members(self, pod: dict[str, Any]) -> int | None:
+        meta = pod["metadata"]
+        job = (meta.get("labels") or {}).get(JOB_NAME)
+        if job is None:
+            return 1
+        ref = (meta["namespace"], job)
+        if ref not in self._minimum:
+            try:
+                body = self.client.get(f"/apis/batch/v1/namespaces/{ref[0]}/jobs/{job}")
+            except ApiError as exc:
+                if exc.status != 404:
+                    self.errors.append(exc.message)
+                return None
+            values = {
+                **(body["metadata"].get("labels") or {}),
+                **(body["metadata"].get("annotations") or {}),
+            }
+            spec = body.get("spec") or {}
+            self._minimum[ref] = int(values.get(MIN_MEMBERS) or spec.get("parallelism") or 1)
+        return self._minimum[ref]
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.run_once()
+            except (ApiError, OSError) as exc:
+                self.errors.append(str(exc))
