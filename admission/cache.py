@@ -245,6 +245,32 @@ class Cache:
             self.tree_error = str(exc)
             self.tree = _largest_valid_tree(queues)
 
+    # -- resync --------------------------------------------------------------------------
+
+    def prune(self, kind: str, listed: set[str], list_rv: int) -> int:
+        """Forget what a fresh LIST (at collection version ``list_rv``) no longer holds.
+
+        Watch events can be missed while a replica stands by (kopf pauses its watches); a
+        LIST then says what exists. An entry absent from the LIST is gone unless a watch event
+        newer than the LIST put it here. Returns how many entries were dropped.
+        """
+        stores: dict[str, Mapping[str, object]] = {
+            "job": self.jobs,
+            "pod": self.pods,
+            "node": self.nodes,
+            "queue": self.queues,
+        }
+        store = stores[kind]
+        gone = [
+            key
+            for key in store
+            if key not in listed and self._rvs.get(f"{kind}:{key}", 0) <= list_rv
+        ]
+        for key in gone:
+            self._rvs.pop(f"{kind}:{key}", None)
+            getattr(self, f"apply_{kind}")("DELETED", _tombstone(kind, key))
+        return len(gone)
+
     # -- what the planner sees -----------------------------------------------------------
 
     def node_view(self, name: str) -> Node:
@@ -317,6 +343,26 @@ class Cache:
                 total = total + node.allocatable
             self._capacity = total
         return self._capacity
+
+
+def _tombstone(kind: str, key: str) -> dict[str, Any]:
+    """The smallest body a DELETED event of this cache key needs."""
+    if kind == "job":
+        namespace, _, name = key.partition("/")
+        return {"metadata": {"namespace": namespace, "name": name}}
+    if kind == "pod":
+        return {"metadata": {"uid": key}}
+    return {"metadata": {"name": key}}
+
+
+def cache_key(kind: str, body: Mapping[str, Any]) -> str:
+    """The key under which the cache holds an object of this kind."""
+    meta = body.get("metadata") or {}
+    if kind == "job":
+        return f"{meta.get('namespace')}/{meta.get('name')}"
+    if kind == "pod":
+        return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+    return str(meta.get("name") or "")
 
 
 def _visible(r: JobRecord) -> tuple[object, ...]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import kopf
 
-from admission.cache import Cache
+from admission.cache import Cache, cache_key
 from admission.kubeapi import ApiError, KubeClient
 from admission.loop import Controller, ControllerSettings
 from admission.metrics import ControllerMetrics
@@ -55,19 +55,35 @@ class Runtime:
 
 def list_all(client: KubeClient, path: str, params: Mapping[str, str] | None = None) -> list[Any]:
     """Every item of a collection, in pages of 500."""
+    return list_collection(client, path, params)[0]
+
+
+def list_collection(
+    client: KubeClient, path: str, params: Mapping[str, str] | None = None
+) -> tuple[list[Any], int]:
+    """Every item of a collection, in pages of 500, and the collection's resourceVersion."""
     items: list[Any] = []
     query = {"limit": "500", **(params or {})}
+    version = 0
     while True:
         page = client.get(path, params=query)
         items.extend(page.get("items") or [])
-        token = (page.get("metadata") or {}).get("continue")
+        meta = page.get("metadata") or {}
+        if not version:
+            # Later pages of a chunked LIST are served at the first page's version.
+            version = int(meta.get("resourceVersion") or 0)
+        token = meta.get("continue")
         if not token:
-            return items
+            return items, version
         query["continue"] = token
 
 
-def initial_sync(client: KubeClient, cache: Cache) -> None:
-    """One LIST of each kind into the cache (blocking; run in a thread)."""
+Listing = list[tuple[str, list[Any], int]]
+
+
+def list_everything(client: KubeClient) -> Listing:
+    """One LIST of each kind the cache holds: (kind, items, collection version). Blocking."""
+    out: Listing = []
     for kind, path, params in (
         ("queue", QUEUES, None),
         ("node", NODES, None),
@@ -75,16 +91,30 @@ def initial_sync(client: KubeClient, cache: Cache) -> None:
         ("job", JOBS, {"labelSelector": QUEUE}),
     ):
         try:
-            items = list_all(client, path, params)
+            items, version = list_collection(client, path, params)
         except ApiError as exc:
             if exc.status == 404 and kind == "queue":
                 log.warning("Queue CRD not installed: kubectl apply -f manifests/crd/")
                 continue
             raise
-        yield_items = items
-        for item in yield_items:
+        out.append((kind, items, version))
+    return out
+
+
+def apply_listing(cache: Cache, listing: Listing) -> None:
+    """Load a listing into the cache, on the event loop's thread (the cache's only writer).
+
+    Also a resync: what the cache holds but the LIST no longer does is dropped (a standby
+    replica's paused watches may have missed the deletion).
+    """
+    for kind, items, version in listing:
+        apply = getattr(cache, f"apply_{kind}")
+        for item in items:
             item.setdefault("metadata", {})
-            getattr(cache, f"apply_{kind}")("ADDED", item)
+            apply("ADDED", item)
+        dropped = cache.prune(kind, {cache_key(kind, item) for item in items}, version)
+        if dropped:
+            log.info("resync dropped %d %s(s) deleted while unwatched", dropped, kind)
 
 
 def register(
@@ -92,8 +122,15 @@ def register(
     client: KubeClient,
     settings: ControllerSettings | None = None,
     serve: ServeSettings | None = None,
+    peering: str | None = None,
 ) -> Runtime:
-    """Register the controller's watches and its startup/cleanup on `registry`."""
+    """Register the controller's watches and its startup/cleanup on `registry`.
+
+    With ``peering`` (a ClusterKopfPeering name) only the replica kopf keeps active admits:
+    the admit loop runs inside a kopf daemon on that peering object, and kopf stops every
+    daemon of a replica it pauses because a peer of higher priority is alive. A replica that
+    takes over LISTs everything again (its watches were paused) before its first cycle.
+    """
     settings = settings or ControllerSettings()
     serve = serve or ServeSettings()
     metrics = ControllerMetrics()
@@ -145,24 +182,59 @@ def register(
                 port=serve.metrics_port,
             )
             await runtime.metrics_server.start()
-        runtime.tasks.append(asyncio.get_running_loop().create_task(_sync_then_run(controller)))
+        if peering is None:
+            runtime.tasks.append(asyncio.get_running_loop().create_task(_sync_then_run(controller)))
+        else:
+            print(f"muster: controller standby {_where()} peering={peering}", flush=True)
 
-    async def _sync_then_run(controller: Controller) -> None:
-        while True:
-            try:
-                await asyncio.to_thread(initial_sync, client, cache)
-                break
-            except (ApiError, OSError) as exc:
-                log.warning("initial LIST failed (%s); retrying in 2s", exc)
-                await asyncio.sleep(2)
-        cache.synced = True
-        cache.changed.set()
+    def _where() -> str:
         status = runtime.status.port if runtime.status else None
         metrics_port = (
             (runtime.metrics_server.port if runtime.metrics_server else status)
             if serve.metrics_port is not None
             else None
         )
+        return f"status={serve.status_addr}:{status} metrics={serve.status_addr}:{metrics_port}"
+
+    if peering is not None:
+
+        def _is_ours(name: str, **_: Any) -> bool:
+            return name == peering
+
+        @kopf.daemon(
+            "kopf.dev",
+            "v1",
+            "clusterkopfpeerings",
+            when=_is_ours,
+            registry=registry,
+            cancellation_timeout=30.0,
+        )
+        async def lead(stopped: kopf.DaemonStopped, **_: Any) -> None:
+            controller = runtime.controller
+            assert controller is not None, "startup runs before any daemon"
+            log.info("peering %s: this replica is active; admitting", peering)
+            task = asyncio.get_running_loop().create_task(_sync_then_run(controller))
+            runtime.tasks.append(task)
+            try:
+                await stopped.wait()
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                runtime.tasks.remove(task)
+                await asyncio.gather(*controller.inflight, return_exceptions=True)
+                cache.synced = False
+                log.info("peering %s: paused (%s); standing by", peering, stopped.reason)
+
+    async def _sync_then_run(controller: Controller) -> None:
+        while True:
+            try:
+                apply_listing(cache, await asyncio.to_thread(list_everything, client))
+                break
+            except (ApiError, OSError) as exc:
+                log.warning("initial LIST failed (%s); retrying in 2s", exc)
+                await asyncio.sleep(2)
+        cache.synced = True
+        cache.changed.set()
         log.info(
             "controller synced: %d gangs, %d nodes, %d pods, %d queues",
             len(cache.jobs),
@@ -170,11 +242,7 @@ def register(
             len(cache.pods),
             len(cache.queues),
         )
-        print(
-            f"muster: controller ready status={serve.status_addr}:{status} "
-            f"metrics={serve.status_addr}:{metrics_port}",
-            flush=True,
-        )
+        print(f"muster: controller ready {_where()}", flush=True)
         await controller.run()
 
     @kopf.on.cleanup(registry=registry)

@@ -15,6 +15,7 @@ import asyncio
 import base64
 import logging
 import os
+import random
 import socket
 import ssl
 import sys
@@ -62,7 +63,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--peering",
         default=None,
-        help="kopf peering name for multi-replica exclusivity (default: standalone)",
+        help="ClusterKopfPeering name for multi-replica exclusivity: only the live replica of "
+        "highest priority admits (default: standalone); created if missing",
+    )
+    parser.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="peering priority (default: random, so replicas of one Deployment differ)",
+    )
+    parser.add_argument(
+        "--peering-lifetime",
+        type=int,
+        default=60,
+        help="seconds a silent replica still counts as alive (takeover time after a crash)",
     )
     parser.add_argument(
         "--status-port",
@@ -163,6 +177,26 @@ def load_state(client: KubeClient) -> WebhookState:
     return state
 
 
+PEERINGS_PATH = "/apis/kopf.dev/v1/clusterkopfpeerings"
+
+
+def ensure_peering(client: KubeClient, name: str) -> str | None:
+    """Create the ClusterKopfPeering `name` if it is missing; a message if that cannot be."""
+    body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}}
+    try:
+        client.create(PEERINGS_PATH, body)
+    except ApiError as exc:
+        if exc.status == 409:
+            return None
+        if exc.status == 404:
+            return (
+                "--peering needs the ClusterKopfPeering CRD: "
+                "kubectl apply -f manifests/crd/clusterkopfpeerings.kopf.dev.yaml"
+            )
+        return f"cannot create ClusterKopfPeering {name!r}: {exc.message}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     import kopf
 
@@ -212,6 +246,15 @@ def run(args: argparse.Namespace) -> int:
             "Queue CRD not installed (kubectl apply -f manifests/crd/); queue names are not checked"
         )
 
+    priority = args.priority if args.priority is not None else random.randint(1, 2**31 - 1)
+    if args.peering is not None:
+        problem = ensure_peering(client, args.peering)
+        if problem:
+            print(f"muster run: {problem}", file=sys.stderr)
+            client.close()
+            return 2
+        logging.info("peering %s with priority %d", args.peering, priority)
+
     registry = kopf.OperatorRegistry()
     server = WebhookServer(
         addr=args.webhook_addr,
@@ -241,6 +284,7 @@ def run(args: argparse.Namespace) -> int:
                 status_port=None if args.status_port < 0 else args.status_port,
                 metrics_port=None if args.metrics_port < 0 else args.metrics_port,
             ),
+            peering=args.peering,
         )
 
     @kopf.on.login(registry=registry)
@@ -262,6 +306,9 @@ def run(args: argparse.Namespace) -> int:
         )
         settings.batching.batch_window = 0.02
         settings.watching.server_timeout = 300
+        if args.peering is not None:
+            settings.peering.lifetime = args.peering_lifetime
+            settings.peering.stealth = True
         if args.local:
             asyncio.get_running_loop().create_task(_register_when_serving())
 
@@ -291,6 +338,7 @@ def run(args: argparse.Namespace) -> int:
             clusterwide=True,
             standalone=args.peering is None,
             peering_name=args.peering,
+            priority=priority,
         )
     finally:
         client.close()

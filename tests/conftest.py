@@ -96,6 +96,10 @@ class MusterProcess:
     output: list[str] = field(default_factory=list)
     kubeconfig: Path | None = None
 
+    def text(self) -> str:
+        """Everything the process printed so far."""
+        return "".join(self.output)
+
     def restart(self, sig: int = signal.SIGKILL) -> None:
         """Stop the process with `sig` (kill -9 by default) and start a fresh one in place."""
         assert self.kubeconfig is not None
@@ -155,7 +159,8 @@ def start_muster(kubeconfig: Path, *extra: str, timeout: float = 90) -> MusterPr
         output.append(line)
         if "webhook ready" in line:
             webhook = line
-        if "controller ready" in line:
+        if "controller ready" in line or "controller standby" in line:
+            # A --peering replica that is not active says standby instead of ready.
             controller = line
     if not (webhook and controller):
         proc.kill()
@@ -169,9 +174,11 @@ def start_muster(kubeconfig: Path, *extra: str, timeout: float = 90) -> MusterPr
 
     def drain() -> None:
         # Keep reading; with MUSTER_TEST_LOG set, keep the controller's log there for debugging.
+        # Every line also stays in `output`, so a test can read what the process logged.
         with open(log_path or os.devnull, "a") as log:
             log.writelines(output)
             while (line := lines.get()) is not None:
+                output.append(line)
                 log.write(line)
                 log.flush()
 
