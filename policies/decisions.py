@@ -18,6 +18,7 @@ ReasonCode = Literal[
     "ElasticWaiting",
     "QueueNotFound",
     "ReservedForOlder",
+    "HeldBehindPartial",
 ]
 REASON_CODES: Final[tuple[str, ...]] = get_args(ReasonCode)
 

@@ -11,7 +11,10 @@ A plan, top to bottom:
    with ``action: Reject``.
 3. Order each leaf queue's gangs by priority, then submission.
 4. Size ratio: find the gang a big gang waits behind, if any, and the oldest big gang, which
-   holds a reservation so younger gangs do not take the space it needs.
+   holds a reservation so younger gangs do not take the space it needs. Node-blind queues
+   (``nodeFit: false``): find the oldest of their admitted gangs that has waited longer than
+   `PARTIAL_HOLD_AFTER` without reaching its minimum; while there is one, node-blind queues
+   admit nothing (Kueue's ``waitForPodsReady.blockAdmission``, once a gang is seen stuck).
 5. Take queue heads from a heap ordered by the policy (DRF: lowest weighted dominant share
    including the head). For each head: size ratio, quota, node fit, elastic sizing; admit it
    and account its quota and placement, or record why not. A head that does not fit is skipped
@@ -44,7 +47,15 @@ from policies.quota import INF, QuotaState
 from policies.resources import Resources
 from policies.strategies import AdmissionPolicy, get_policy
 
-__all__ = ["plan"]
+__all__ = ["PARTIAL_HOLD_AFTER", "plan"]
+
+PARTIAL_HOLD_AFTER = 10.0
+"""Seconds an admitted gang of a node-blind queue may wait for its pods before node-blind
+queues stop admitting. Node-blind admission over-commits nodes; the gangs it admits into room
+that the stuck gang needs would take that room first (new pods reach the scheduler before the
+stuck gang's pods come out of backoff), so without the hold the clog detector's evictions never
+let the oldest gang finish. Gangs in node-aware queues are placed before they are admitted and
+are not held."""
 
 
 def plan(snapshot: Snapshot, policy: str | AdmissionPolicy = "drf") -> Decisions:
@@ -142,6 +153,8 @@ class _Plan:
         self.bigs: dict[str, list[_Entry]] = {}  # leaf -> its big gangs (screening order)
         self.blocker: str | None = None  # a big gang admitted and not yet running
         self.holder: Gang | None = None  # the oldest big gang: younger gangs keep off its nodes
+        # Set while a node-blind queue's admitted gang is stuck: node-blind queues admit nothing.
+        self.blind_hold: Reason | None = None
         self.reserved: frozenset[int] = frozenset()  # node indices
 
     # --- setup ---------------------------------------------------------------------------
@@ -221,6 +234,7 @@ class _Plan:
         for entries in queued.values():  # 3.
             entries.sort(key=_order)  # stable: ties keep snapshot order
         self._size_ratio_state(queued)  # 4.
+        self._blind_hold_state()
         self._admit(queued)  # 5. and 6.
         return self.decisions
 
@@ -363,6 +377,22 @@ class _Plan:
         # or it fits now and must not lose it to younger gangs planned before it).
         self.holder = gang
         self.reserved = frozenset(fit.nodes)
+
+    def _blind_hold_state(self) -> None:
+        """Step 4, node-blind queues: the oldest stuck gang they admitted, if any."""
+        queues = self.tree.queues
+        oldest: tuple[float, str] | None = None
+        for admitted in self.snapshot.admitted:
+            if admitted.running or self.now - admitted.admitted_at < PARTIAL_HOLD_AFTER:
+                continue
+            queue = queues.get(admitted.gang.queue)
+            if queue is None or queue.node_fit:
+                continue
+            entry = (admitted.admitted_at, admitted.gang.id)
+            if oldest is None or entry < oldest:
+                oldest = entry
+        if oldest is not None:
+            self.blind_hold = reasons.held_behind_partial(oldest[1])
 
     def _elastic_now(self, gang: Gang) -> bool:
         return gang.min < gang.size and self.now - gang.submitted.time >= gang.elastic_after
@@ -545,6 +575,8 @@ class _Plan:
         """None if ``gang`` can be admitted now (and, if ``admit``, admit it); else why not."""
         if big and self.blocker is not None:
             return reasons.size_ratio_serialized(self.blocker)
+        if self.blind_hold is not None and not queue.node_fit:
+            return self.blind_hold
         leaf = queue.name
         size = gang.size
         minimum = gang.min_size

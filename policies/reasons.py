@@ -130,3 +130,11 @@ def reserved_for_older(holder: str) -> Reason:
         f"capacity reserved for older gang {holder} "
         "(size ratio: the oldest big gang is not starved)",
     )
+
+
+def held_behind_partial(gang: str) -> Reason:
+    return Reason(
+        "HeldBehindPartial",
+        f"node-blind queues (nodeFit: false) admit nothing while {gang} waits for room for its "
+        "pods; admission resumes when it runs or is evicted",
+    )

@@ -140,8 +140,12 @@ def test_blog_burst_node_blind_clogs_and_the_detector_recovers(
             # Node-blind quota equal to the cluster: 149 x 8 cpu, 149 x 30Gi.
             "nominal": {"cpu": "1192", "memory": "4470Gi"},
             "nodeFit": False,
-            "clogTimeout": "8s",
-            "backoff": {"base": "1s", "max": "8s", "limit": 1000},
+            # Longer than the longest (scaled) runtime, so waiting behind a running gang is not
+            # taken for a clog; cycles of partial gangs are the deadlock detector's (3 s grace),
+            # which evicts the youngest and so lets the oldest finish. Requeues spread over up
+            # to 30 s so evicted gangs do not all come back at the same instant.
+            "clogTimeout": "30s",
+            "backoff": {"base": "2s", "max": "30s", "limit": 1000},
         },
     )
     try:

@@ -23,6 +23,7 @@ from policies import (
     Toleration,
     plan,
 )
+from policies.planner import PARTIAL_HOLD_AFTER
 
 GIB = 2**30
 CPU = 1000  # one core in millicores
@@ -420,6 +421,26 @@ def test_queue_without_node_fit_admits_on_quota_alone() -> None:
     tree = queues(node_fit=False, nominal=Resources(cpu=100 * CPU))
     decisions = run([gang("x", 8, 10)], tree)
     assert [(a.size, dict(a.placement)) for a in decisions.admitted] == [(10, {})]
+
+
+def test_node_blind_queues_hold_while_a_gang_they_admitted_is_stuck() -> None:
+    blind = Queue("blind", node_fit=False, size_ratio=None, nominal=Resources(cpu=100 * CPU))
+    tree = queues(blind)
+    stuck = AdmittedGang(gang("stuck", 6, 4, queue="blind"), 4, {}, admitted_at=0.0)
+    pending = [gang("next", 6, 2, queue="blind", t=1.0), gang("aware", 6, 1, queue="a", t=2.0)]
+    # Before PARTIAL_HOLD_AFTER the stuck gang is only starting: no hold.
+    early = run(pending, tree, admitted=[stuck], now=PARTIAL_HOLD_AFTER - 1)
+    assert admitted_ids(early) == ["ns/aware", "ns/next"]
+    late = run(pending, tree, admitted=[stuck], now=PARTIAL_HOLD_AFTER)
+    # Node-aware queues are not held.
+    assert admitted_ids(late) == ["ns/aware"]
+    assert late.pending["ns/next"] == Reason(
+        "HeldBehindPartial",
+        "node-blind queues (nodeFit: false) admit nothing while ns/stuck waits for room for its "
+        "pods; admission resumes when it runs or is evicted",
+    )
+    running = AdmittedGang(stuck.gang, 4, {}, admitted_at=0.0, running=True)
+    assert "ns/next" in admitted_ids(run(pending, tree, admitted=[running], now=60.0))
 
 
 # --- cohorts: borrowing and lending ------------------------------------------------------
