@@ -112,10 +112,22 @@ def job_for(minicluster: dict[str, Any]) -> dict[str, Any]:
 
 
 class MiniClusterReconciler:
-    """Polls MiniClusters and creates each one's Job once; run it in a background thread."""
+    """Polls MiniClusters and creates each one's Job once; run it in a background thread.
 
-    def __init__(self, client: KubeClient, interval: float = 0.2) -> None:
+    With `namespace`, only that namespace's MiniClusters are reconciled (tests run one
+    reconciler per test namespace; a cluster-wide one would also see earlier tests' namespaces
+    while they are being deleted).
+    """
+
+    def __init__(
+        self, client: KubeClient, namespace: str | None = None, interval: float = 0.2
+    ) -> None:
         self.client = client
+        self.path = (
+            f"/apis/flux-framework.org/v1alpha2/namespaces/{namespace}/miniclusters"
+            if namespace
+            else MINICLUSTERS
+        )
         self.interval = interval
         self.created: set[tuple[str, str]] = set()
         self.errors: list[str] = []
@@ -131,7 +143,7 @@ class MiniClusterReconciler:
         self._thread.join()
 
     def reconcile_once(self) -> None:
-        for mc in self.client.get(MINICLUSTERS)["items"]:
+        for mc in self.client.get(self.path)["items"]:
             key = (mc["metadata"]["namespace"], mc["metadata"]["name"])
             if key in self.created or mc["metadata"].get("deletionTimestamp"):
                 # Like the operator: nothing new for an object that is going away.
@@ -139,6 +151,10 @@ class MiniClusterReconciler:
             try:
                 self.client.create(f"/apis/batch/v1/namespaces/{key[0]}/jobs", job_for(mc))
             except ApiError as exc:
+                if exc.status == 403 and "being terminated" in exc.message:
+                    # The namespace is going away with the MiniCluster in it: nothing to make.
+                    self.created.add(key)
+                    continue
                 if exc.status != 409:
                     # The webhook may refuse the Job; the operator would retry, so do we.
                     self.errors.append(exc.message)

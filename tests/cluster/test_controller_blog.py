@@ -96,7 +96,7 @@ def run_burst(kube: KubeClient, namespace: str, queue: str) -> list[dict[str, An
                 own.create(path, body)
 
     threads = [threading.Thread(target=submit, args=(gangs[i::8],)) for i in range(8)]
-    reconciler = MiniClusterReconciler(kube).start()
+    reconciler = MiniClusterReconciler(kube, namespace).start()
     runner = GangRunner(KubeClient(kube.credentials), namespace).start()
     try:
         for t in threads:

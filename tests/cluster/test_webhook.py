@@ -162,7 +162,7 @@ def test_minicluster_job_is_created_suspended_with_gang_labels(
         "muster.dev/min-members": "6",
     }
     mc_stamp = stored_mc["metadata"]["annotations"]["muster.dev/submitted"]
-    reconciler = MiniClusterReconciler(kube).start()
+    reconciler = MiniClusterReconciler(kube, namespace).start()
     try:
         job = wait_for(
             lambda: next(iter(kube.get(jobs_path(namespace))["items"]), None),
