@@ -11,7 +11,6 @@ import asyncio
 import logging
 import random
 import time
-from collections import defaultdict
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -20,8 +19,9 @@ from admission.cache import Cache
 from admission.deadlock import PartialGang, gangs_to_evict, wait_for_graph
 from admission.gangs import JobRecord
 from admission.metrics import ControllerMetrics
+from admission.status import queue_positions, queue_status
 from admission.writes import JobRef, Writer
-from policies import Admission, Decisions, Resources, format_quantity, plan
+from policies import Admission, Decisions, plan
 from policies.durations import format_duration
 
 log = logging.getLogger("muster.controller")
@@ -51,10 +51,6 @@ class ControllerSettings:
 
 def _job(record: JobRecord) -> JobRef:
     return JobRef(record.namespace, record.name, record.uid)
-
-
-def _summary(usage: Resources) -> str:
-    return ", ".join(f"{r}: {format_quantity(r, a)}" for r, a in sorted(usage.items()) if a) or "0"
 
 
 class Controller:
@@ -207,17 +203,7 @@ class Controller:
         if same_waiting and now - self._positions_at < 1.0:
             return
         self._positions_at = now
-        # Positions: 1-based order within each queue (priority, then submission).
-        by_queue: dict[str, list[tuple[tuple[int, float, int, str], str]]] = defaultdict(list)
-        for record in cache.jobs.values():
-            if record.admission is None and not record.finished and not record.failed_state:
-                by_queue[record.queue].append((record.gang.order_key, record.key))
-        positions: dict[str, int] = {}
-        for entries in by_queue.values():
-            entries.sort()
-            for i, (_, key) in enumerate(entries, 1):
-                positions[key] = i
-        cache.positions = positions
+        cache.positions = queue_positions(cache)
 
     # -- detectors -----------------------------------------------------------------------
 
@@ -398,36 +384,8 @@ class Controller:
     # -- status --------------------------------------------------------------------------
 
     def queue_status(self) -> dict[str, dict[str, object]]:
-        """Per queue: pending, admitted, usage, share, usageSummary (also the /v1/queues body)."""
-        cache = self.cache
-        usage = cache.queue_usage()
-        capacity = cache.capacity()
-        pending: dict[str, int] = defaultdict(int)
-        admitted: dict[str, int] = defaultdict(int)
-        for record in cache.jobs.values():
-            if record.finished or record.failed_state:
-                continue
-            if record.admission is not None:
-                admitted[record.queue] += 1
-            else:
-                pending[record.queue] += 1
-        out: dict[str, dict[str, object]] = {}
-        for name, view in cache.queues.items():
-            used = usage.get(name, Resources())
-            weight = view.queue.weight if view.queue is not None else 1.0
-            share = max(
-                (used[r] / capacity[r] for r in used if capacity[r] > 0), default=0.0
-            ) / max(weight, 1e-9)
-            out[name] = {
-                "pending": pending.get(name, 0),
-                "admitted": admitted.get(name, 0),
-                "usage": {r: format_quantity(r, a) for r, a in sorted(used.items()) if a},
-                "share": f"{share:.3f}",
-                "usageSummary": _summary(used),
-            }
-            if view.error:
-                out[name]["error"] = view.error
-        return out
+        """Per queue: pending, admitted, usage, share, usageSummary (the Queue status body)."""
+        return queue_status(self.cache)
 
     def _publish(self, now: float) -> None:
         if now - self._published_at < 1.0:

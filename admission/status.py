@@ -3,8 +3,8 @@
 `GET /v1/gangs/{namespace}/{name}` → state, queue, position, admitted-at, evictions, reason.
 With `?wait=SECONDS&since=VERSION` the request is held until the gang's version differs from
 VERSION (or SECONDS pass): a pod with only the standard library can wait for its gang cheaply.
-`GET /v1/queues` → per-queue pending, admitted, usage, share. `GET /metrics` (on the metrics
-listener) → Prometheus text. No request here makes an API call.
+`GET /v1/queues` → per-queue pending, admitted, usage, share, and the spec's parent and quota.
+`GET /metrics` (on the metrics listener) → Prometheus text. No request here makes an API call.
 
 A deliberately small HTTP/1.1 server on asyncio (one request per connection), in the
 controller's event loop, so a thousand held long-polls cost a thousand futures, not threads.
@@ -17,12 +17,14 @@ import contextlib
 import json
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from admission.cache import Cache
+from admission.cache import Cache, QueueView
 from admission.gangs import format_time
+from policies import Resources, format_quantity
 
 log = logging.getLogger("muster.status")
 
@@ -69,6 +71,91 @@ def gang_status(cache: Cache, key: str, now: float) -> dict[str, Any] | None:
         if key in cache.rejected:
             body["rejected"] = True
     return body
+
+
+def queue_positions(cache: Cache) -> dict[str, int]:
+    """Each waiting gang's 1-based place in its queue (priority, then submission)."""
+    by_queue: dict[str, list[tuple[tuple[int, float, int, str], str]]] = defaultdict(list)
+    for record in cache.jobs.values():
+        if record.admission is None and not record.finished and not record.failed_state:
+            by_queue[record.queue].append((record.gang.order_key, record.key))
+    positions: dict[str, int] = {}
+    for entries in by_queue.values():
+        entries.sort()
+        for i, (_, key) in enumerate(entries, 1):
+            positions[key] = i
+    return positions
+
+
+def _summary(usage: Resources) -> str:
+    return ", ".join(f"{r}: {format_quantity(r, a)}" for r, a in sorted(usage.items()) if a) or "0"
+
+
+def queue_status(cache: Cache) -> dict[str, dict[str, object]]:
+    """Per queue: pending, admitted, usage, share, usageSummary (the Queue status body)."""
+    usage = cache.queue_usage()
+    capacity = cache.capacity()
+    pending: dict[str, int] = defaultdict(int)
+    admitted: dict[str, int] = defaultdict(int)
+    for record in cache.jobs.values():
+        if record.finished or record.failed_state:
+            continue
+        if record.admission is not None:
+            admitted[record.queue] += 1
+        else:
+            pending[record.queue] += 1
+    out: dict[str, dict[str, object]] = {}
+    for name, view in cache.queues.items():
+        used = usage.get(name, Resources())
+        weight = view.queue.weight if view.queue is not None else 1.0
+        share = max((used[r] / capacity[r] for r in used if capacity[r] > 0), default=0.0) / max(
+            weight, 1e-9
+        )
+        out[name] = {
+            "pending": pending.get(name, 0),
+            "admitted": admitted.get(name, 0),
+            "usage": {r: format_quantity(r, a) for r, a in sorted(used.items()) if a},
+            "share": f"{share:.3f}",
+            "usageSummary": _summary(used),
+        }
+        if view.error:
+            out[name]["error"] = view.error
+    return out
+
+
+def _amounts(resources: Resources | None) -> dict[str, str] | None:
+    if resources is None:
+        return None
+    return {r: format_quantity(r, a) for r, a in sorted(resources.items())}
+
+
+def queue_spec(view: QueueView) -> dict[str, object]:
+    """The parts of a Queue's spec a reader of /v1/queues needs next to its usage: where it
+    sits in the cohort tree and its quota (None = not set)."""
+    queue = view.queue
+    if queue is None:
+        return {}
+    return {
+        "parent": queue.parent,
+        "weight": queue.weight,
+        "nominal": _amounts(queue.nominal),
+        "borrowingLimit": _amounts(queue.borrowing_limit),
+        "lendingLimit": _amounts(queue.lending_limit),
+        "strategy": queue.strategy,
+        "nodeFit": queue.node_fit,
+    }
+
+
+def queue_listing(
+    cache: Cache, statuses: dict[str, dict[str, object]]
+) -> dict[str, dict[str, object]]:
+    """The /v1/queues body: each queue's status with its `spec` (only here: the Queue objects'
+    own status stays as small as the printer columns need)."""
+    listing = dict(statuses)
+    for name, status in statuses.items():
+        if name in cache.queues:
+            listing[name] = {**status, "spec": queue_spec(cache.queues[name])}
+    return listing
 
 
 class StatusServer:
@@ -143,7 +230,7 @@ class StatusServer:
         if parts == ["metrics"] and self.metrics is not None:
             return "200 OK", "text/plain; version=0.0.4", self.metrics()
         if parts == ["v1", "queues"]:
-            return _json("200 OK", {"queues": self.queues()})
+            return _json("200 OK", {"queues": queue_listing(self.cache, self.queues())})
         if parts == ["healthz"]:
             return _json("200 OK", {"synced": self.cache.synced})
         if len(parts) == 4 and parts[:2] == ["v1", "gangs"]:
