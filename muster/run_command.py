@@ -1,7 +1,9 @@
-"""`muster run`: start muster's webhook (and, as it lands, the queue controller) with kopf.
+"""`muster run`: start muster's webhook and queue controller, each under kopf.
 
-The webhook is served by `webhook.server` in kopf's event loop; kopf's watches keep the
-webhook's view of namespaces, Queues and MiniClusters current. `--local` serves it on loopback
+By default the webhook runs in a child process and the controller in this one (`--one-process`
+puts both in one; `--no-controller` / `--no-webhook` run one of them). The webhook is served by
+`webhook.server` in its kopf event loop; kopf's watches keep the webhook's view of namespaces,
+Queues and MiniClusters current. `--local` serves it on loopback
 with a fresh self-signed CA and writes the MutatingWebhookConfiguration (url + caBundle) itself
 once the server accepts connections; it removes that configuration again on a clean exit. In a
 cluster, the static manifests carry the configuration and the certificate comes from a Secret
@@ -13,11 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import logging
 import os
 import random
+import signal
 import socket
 import ssl
+import subprocess
 import sys
 import tempfile
 import time
@@ -106,6 +111,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-controller", action="store_true", help="run the webhook only (no admission)"
     )
+    parser.add_argument(
+        "--no-webhook", action="store_true", help="run the controller only (no webhook server)"
+    )
+    parser.add_argument(
+        "--one-process",
+        action="store_true",
+        help="serve the webhook in the controller's process (default: a child process, so "
+        "admission reviews and plan cycles do not share one interpreter lock)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true")
     parser.epilog = (
         "examples:\n"
@@ -154,6 +168,35 @@ def register_configuration(client: KubeClient, configuration: dict[str, Any]) ->
     client.request("PUT", f"{CONFIG_PATH}/{WEBHOOK_CONFIG_NAME}", body)
 
 
+def unregister_configuration(client: KubeClient, url: str) -> bool:
+    """Delete muster's MutatingWebhookConfiguration if it still points at `url`.
+
+    Another `muster run --local` may have registered its own server since (a restart racing the
+    old process's shutdown); its configuration is left alone. Returns whether one was deleted.
+    """
+    path = f"{CONFIG_PATH}/{WEBHOOK_CONFIG_NAME}"
+    try:
+        current = client.get(path)
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    urls = {
+        str((hook.get("clientConfig") or {}).get("url") or "").rsplit("/", 1)[0]
+        for hook in current.get("webhooks") or []
+    }
+    if urls != {url}:
+        return False
+    preconditions = {"resourceVersion": current["metadata"]["resourceVersion"]}
+    try:
+        client.request("DELETE", path, {"preconditions": preconditions})
+    except ApiError as exc:
+        if exc.status in (404, 409):
+            return False
+        raise
+    return True
+
+
 def load_state(client: KubeClient) -> WebhookState:
     """One LIST each of namespaces, Queues and MiniClusters (absent CRDs are fine)."""
     state = WebhookState()
@@ -197,7 +240,106 @@ def ensure_peering(client: KubeClient, name: str) -> str | None:
     return None
 
 
+def _no_diff_base() -> Any:
+    """A kopf diff-base storage that keeps nothing and costs nothing.
+
+    muster registers only `@kopf.on.event` watches and daemons, which never look at diffs, yet
+    kopf builds each event's "essence" (a deep copy of the whole object) for its diff base:
+    about a tenth of muster's CPU during a burst. This storage builds an empty essence instead.
+    """
+    import kopf
+
+    class NoDiffBase(kopf.DiffBaseStorage):
+        def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+            return {}
+
+        def fetch(self, *, body: Any) -> Any:
+            return None
+
+        def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+            return None
+
+    return NoDiffBase()
+
+
+def _webhook_child_argv(args: argparse.Namespace, port: int) -> list[str]:
+    """`muster run` for the webhook alone, with this invocation's webhook flags."""
+    argv = [sys.executable, "-m", "muster.cli", "run", "--no-controller"]
+    argv += ["--webhook-addr", args.webhook_addr, "--webhook-port", str(port)]
+    argv += ["--default-queue", args.default_queue, "--status-port", "-1", "--metrics-port", "-1"]
+    for flag, value in (
+        ("--kubeconfig", args.kubeconfig),
+        ("--tls-cert", args.tls_cert),
+        ("--tls-key", args.tls_key),
+    ):
+        if value:
+            argv += [flag, str(value)]
+    for flag, on in (
+        ("--local", args.local),
+        ("--manage-jobs-without-queue-name", args.manage_jobs_without_queue_name),
+        ("--verbose", args.verbose),
+    ):
+        if on:
+            argv.append(flag)
+    return argv
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    """Ask Linux to send SIGTERM to this (child) process when its parent dies, even by kill -9."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _run_split(args: argparse.Namespace) -> int:
+    """The webhook in a child process, the controller in this one.
+
+    Each gets its own interpreter and GIL: a plan cycle never delays an admission review (whose
+    latency every `kubectl create` pays), and a burst of reviews never delays a cycle. The child
+    dies with this process (SIGTERM from the kernel, also after kill -9), and this process stops
+    when the child stops, so a supervisor sees one unit.
+    """
+    port = args.webhook_port or _free_port(args.webhook_addr)
+    child = subprocess.Popen(_webhook_child_argv(args, port), preexec_fn=_die_with_parent)
+    controller_args = argparse.Namespace(**{**vars(args), "no_webhook": True})
+    try:
+        code = _run_one(controller_args, webhook_child=child)
+    finally:
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+    if child.returncode not in (0, -signal.SIGTERM) and code == 0:
+        print(f"muster run: the webhook process exited with {child.returncode}", file=sys.stderr)
+        return 1
+    return code
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.no_controller and args.no_webhook:
+        print("muster run: --no-controller and --no-webhook leave nothing to run", file=sys.stderr)
+        return 2
+    if args.kubeconfig and not Path(args.kubeconfig).expanduser().exists():
+        print(f"muster run: kubeconfig {args.kubeconfig} does not exist", file=sys.stderr)
+        return 2
+    if args.local and not args.kubeconfig:
+        print("muster run --local needs --kubeconfig (or $KUBECONFIG)", file=sys.stderr)
+        return 2
+    if not args.local and not args.no_webhook and not (args.tls_cert and args.tls_key):
+        print("muster run: give --tls-cert and --tls-key (in-cluster), or --local", file=sys.stderr)
+        return 2
+    if not args.no_controller and not args.no_webhook and not args.one_process:
+        return _run_split(args)
+    return _run_one(args)
+
+
+def _run_one(args: argparse.Namespace, webhook_child: subprocess.Popen[bytes] | None = None) -> int:
+    """Run what `args` asks for (webhook, controller or both) in this process, under kopf."""
     import kopf
 
     from policies.submitted import SubmissionClock
@@ -213,35 +355,26 @@ def run(args: argparse.Namespace) -> int:
         # kopf logs every handled event at INFO: thousands of lines a second in a burst.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if args.kubeconfig:
-        if not Path(args.kubeconfig).expanduser().exists():
-            print(f"muster run: kubeconfig {args.kubeconfig} does not exist", file=sys.stderr)
-            return 2
         os.environ["KUBECONFIG"] = str(Path(args.kubeconfig).expanduser())
+    webhook = not args.no_webhook
     settings = WebhookSettings(
         manage_jobs_without_queue_name=args.manage_jobs_without_queue_name,
         default_queue=args.default_queue,
     )
     port = args.webhook_port or _free_port(args.webhook_addr)
     tmp = tempfile.TemporaryDirectory(prefix="muster-webhook-")
-    if args.local:
-        if not args.kubeconfig:
-            print("muster run --local needs --kubeconfig (or $KUBECONFIG)", file=sys.stderr)
-            return 2
+    if not webhook:
+        certfile, keyfile, ca_bundle = "", "", b""
+    elif args.local:
         tls = create_webhook_tls(Path(tmp.name), [args.webhook_addr])
         certfile, keyfile, ca_bundle = str(tls.cert), str(tls.key), tls.ca_bundle
     else:
-        if not (args.tls_cert and args.tls_key):
-            print(
-                "muster run: give --tls-cert and --tls-key (in-cluster), or --local",
-                file=sys.stderr,
-            )
-            return 2
         certfile, keyfile, ca_bundle = args.tls_cert, args.tls_key, b""
     client = (
         KubeClient.from_kubeconfig(args.kubeconfig) if args.kubeconfig else KubeClient.in_cluster()
     )
-    state = load_state(client)
-    if state.queues is None:
+    state = load_state(client) if webhook else WebhookState()
+    if webhook and state.queues is None:
         logging.warning(
             "Queue CRD not installed (kubectl apply -f manifests/crd/); queue names are not checked"
         )
@@ -256,16 +389,17 @@ def run(args: argparse.Namespace) -> int:
         logging.info("peering %s with priority %d", args.peering, priority)
 
     registry = kopf.OperatorRegistry()
-    server = WebhookServer(
-        addr=args.webhook_addr,
-        port=port,
-        certfile=certfile,
-        keyfile=keyfile,
-        state=state,
-        settings=settings,
-        clock=SubmissionClock(),
-    )
-    handlers.register(registry, server)
+    if webhook:
+        server = WebhookServer(
+            addr=args.webhook_addr,
+            port=port,
+            certfile=certfile,
+            keyfile=keyfile,
+            state=state,
+            settings=settings,
+            clock=SubmissionClock(),
+        )
+        handlers.register(registry, server)
     if not args.no_controller:
         from admission import controller
         from admission.controller import ServeSettings
@@ -301,16 +435,23 @@ def run(args: argparse.Namespace) -> int:
         # Only @kopf.on.event handlers watch Jobs and Pods; keep kopf from writing its
         # progress/diff-base annotations anywhere should a change handler ever be added.
         settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf")
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix="muster.dev", key="last-handled-configuration"
-        )
+        settings.persistence.diffbase_storage = _no_diff_base()
         settings.batching.batch_window = 0.02
         settings.watching.server_timeout = 300
         if args.peering is not None:
             settings.peering.lifetime = args.peering_lifetime
             settings.peering.stealth = True
-        if args.local:
+        if args.local and webhook:
             asyncio.get_running_loop().create_task(_register_when_serving())
+        if webhook_child is not None:
+            asyncio.get_running_loop().create_task(_watch_webhook_child())
+
+    async def _watch_webhook_child() -> None:
+        assert webhook_child is not None
+        while webhook_child.poll() is None:
+            await asyncio.sleep(1.0)
+        logging.error("the webhook process exited (%s); stopping", webhook_child.returncode)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     async def _register_when_serving() -> None:
         await asyncio.to_thread(_wait_for_tls, args.webhook_addr, port)
@@ -325,19 +466,19 @@ def run(args: argparse.Namespace) -> int:
 
     @kopf.on.cleanup(registry=registry)
     async def unregister(**_: Any) -> None:
-        if args.local:
-            try:
-                await asyncio.to_thread(client.delete, f"{CONFIG_PATH}/{WEBHOOK_CONFIG_NAME}")
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
+        if args.local and webhook:
+            await asyncio.to_thread(
+                unregister_configuration, client, f"https://{args.webhook_addr}:{port}"
+            )
 
     try:
         kopf.run(
             registry=registry,
             clusterwide=True,
-            standalone=args.peering is None,
-            peering_name=args.peering,
+            # The webhook alone never takes part in peering: every replica serves reviews, and
+            # kopf would pause the watches that keep its view of the cluster on a standby.
+            standalone=args.peering is None or args.no_controller,
+            peering_name=None if args.no_controller else args.peering,
             priority=priority,
         )
     finally:

@@ -93,6 +93,17 @@ def _start_ticks(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[19])
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a process has used so far, or None if there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    # utime and stime are fields 14 and 15 (1-based, counting the pid and the command name).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _alive(record: ProcessRecord) -> bool:
     ticks = _start_ticks(record.pid)
     if ticks is None or ticks != record.start_ticks:
@@ -152,6 +163,18 @@ class LocalCluster:
         except (OSError, ValueError):
             return []
         return [ProcessRecord(**r) for r in raw]
+
+    def component_pids(self) -> dict[str, int]:
+        """Pid of each live component this cluster started (etcd, kube-apiserver, ...)."""
+        return {r.component: r.pid for r in self.records() if _alive(r)}
+
+    @classmethod
+    def of_kubeconfig(cls, kubeconfig: Path) -> LocalCluster | None:
+        """The local cluster a kubeconfig written by `up` belongs to, or None for other clusters."""
+        state = Path(kubeconfig).expanduser().resolve().parent
+        if not (state / "processes.json").exists() or state.parent.name != "clusters":
+            return None
+        return cls(name=state.name, root=state.parent.parent)
 
     def _save_records(self, records: Sequence[ProcessRecord]) -> None:
         tmp = self._records_path.with_suffix(".tmp")
