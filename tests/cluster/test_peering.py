@@ -76,6 +76,11 @@ def test_only_the_active_replica_admits_and_a_standby_takes_over(
             timeout=60,
             what="the active replica admits the first Jobs",
         )
+        wait_for(
+            lambda: admitted_here(high, namespace) >= set(first),
+            timeout=15,
+            what="the active replica's admission log lines",
+        )
         assert admitted_here(high, namespace) == set(first)
         assert admitted_here(low, namespace) == set()
         assert "this replica is active" not in low.text()
@@ -89,6 +94,12 @@ def test_only_the_active_replica_admits_and_a_standby_takes_over(
             what="the standby takes over after the active replica is killed",
         )
         assert "this replica is active" in low.text()
+        # The log line of an admission follows its PATCH: give it a moment to arrive.
+        wait_for(
+            lambda: admitted_here(low, namespace) >= set(second),
+            timeout=15,
+            what="the new leader's admission log lines",
+        )
         # The new leader LISTs before it plans: the first Jobs are known as admitted, not
         # admitted again.
         assert admitted_here(low, namespace) == set(second)
