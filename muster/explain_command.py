@@ -1,0 +1,262 @@
+"""`muster explain NS/NAME`: why a gang waits, in words, and what would change that.
+
+The "why" is the planner's own reason (policies/reasons.py), exactly as the controller records
+it: read from the status service, or computed from the API by the controller's cache and
+planner (muster/view.py). The "what would change it" lines are this module's: one short list per
+reason code, filled in with the gang's queue, its usage against quota and, when reading the API,
+the gangs that hold that quota.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from muster.queues_command import queue_rows, usage_cell
+from muster.status_command import add_gang_arguments, gang_label
+from muster.view import (
+    ApiView,
+    ViewError,
+    add_output_argument,
+    add_source_arguments,
+    close_view,
+    dump,
+    open_view,
+    parse_gang,
+)
+from policies.vocabulary import GANG, MIN_MEMBERS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_gang_arguments(parser)
+    add_output_argument(parser)
+    add_source_arguments(parser, plans=True)
+    parser.epilog = (
+        "Without --status-url, explain LISTs Queues, Nodes, Pods and muster's Jobs with your\n"
+        "kubeconfig (read-only), builds the controller's cache and runs its planner once, so\n"
+        "it gives the reason the controller would give. Reason codes: docs/policies.md.\n"
+        "\nexamples:\n"
+        "  muster explain team-a/train-64\n"
+        "  muster explain train-64 -n team-a --status-url http://localhost:8081\n"
+        "  muster explain team-a/train-64 -o json | jq -r .reason.message\n"
+        "  kubectl muster explain team-a/train-64"
+    )
+
+
+def _holders_text(holders: Sequence[Mapping[str, Any]], limit: int = 5) -> str:
+    parts = [
+        f"{h['gang']} ({', '.join(f'{a} {r}' for r, a in h['holds'].items())})"
+        for h in holders[:limit]
+    ]
+    more = f" and {len(holders) - limit} more" if len(holders) > limit else ""
+    return ", ".join(parts) + more
+
+
+def changes_for(
+    body: Mapping[str, Any],
+    queue: Mapping[str, Any] | None,
+    parent: Mapping[str, Any] | None,
+    holders: Sequence[Mapping[str, Any]] | None,
+) -> list[str]:
+    """What would let a waiting gang in, by its reason code (the planner's reason says why)."""
+    reason = body.get("reason") or {}
+    code, message = reason.get("code"), str(reason.get("message") or "")
+    q = body.get("queue") or "?"
+    namespace, _, name = str(body.get("gang")).partition("/")
+    edit = f"kubectl edit queues.muster.dev {q}"
+    if code == "QuotaExhausted":
+        held = f": it holds {usage_cell(queue)} (usage/quota)" if queue else ""
+        out = [f"gangs admitted from queue {q} finish and release quota{held}"]
+        if holders:
+            out.append(f"queue {q}'s quota is held by {_holders_text(holders)}")
+        if parent is not None:
+            out.append(
+                f"queues of cohort {parent['name']} leave unused quota it may borrow "
+                f"(cohort {parent['name']}: {usage_cell(parent)})"
+            )
+        borrow = ", or spec.borrowingLimit" if parent is not None else ""
+        out.append(f"or raise queue {q}'s quota: {edit} (spec.nominal{borrow})")
+        return out
+    if code == "NoFit":
+        out = [
+            "running pods free enough room on the nodes (admitted gangs finishing, other pods "
+            "ending), or nodes with that room are added"
+        ]
+        if "node selector" in message:
+            out.append("or relax the gang's nodeSelector / tolerations")
+        out.append(
+            f"or let it start smaller: a Job annotated {MIN_MEMBERS} is admitted at the largest "
+            "size that fits, at least that minimum"
+        )
+        return out
+    if code == "NeverFits":
+        if "queue" in message:
+            fix = f"raise queue {q}'s quota ({edit}), or shrink the gang"
+        else:
+            fix = "add nodes with the resources it asks for, or shrink the gang or its requests"
+        return [
+            f"no gang finishing makes room for it: {fix}",
+            f"to remove it: kubectl delete job -n {namespace} {name}",
+        ]
+    if code == "SizeRatioSerialized":
+        return [
+            "the big gang it names reaches its minimum of ready pods (or is evicted); big gangs "
+            f"(above queue {q}'s sizeRatio.ratio of the cluster) start one at a time so they "
+            "cannot clog each other",
+            f"or raise spec.sizeRatio.ratio of queue {q} ({edit})",
+        ]
+    if code == "SizeRatioRejected":
+        return [
+            f"no gang finishing makes room for it: queue {q} rejects gangs this big "
+            "(sizeRatio.action: Reject)",
+            f"split the job into smaller gangs, or change queue {q}'s spec.sizeRatio ({edit})",
+        ]
+    if code == "StrictFIFOBlocked":
+        return [
+            f"the head of queue {q} is admitted: the queue is StrictFIFO, nothing passes its head",
+            f"or set spec.strategy: BestEffortFIFO on queue {q} ({edit}) to let gangs that fit "
+            "pass a blocked head",
+        ]
+    if code == "ElasticWaiting":
+        return ["its elastic wait ends (it then starts smaller), or room frees for its full size"]
+    if code == "QueueNotFound":
+        return [
+            f"create queue {q} (kind: Queue, apiVersion: muster.dev/v1alpha1; see "
+            "docs/queue-reference.md): the gang is planned as soon as it exists",
+            "or delete the Job and create it again labelled muster.dev/queue=<a leaf queue>",
+        ]
+    if code == "ReservedForOlder":
+        return [
+            "the older big gang it names is admitted: the room it may use is kept for it, so a "
+            "stream of small gangs cannot starve it"
+        ]
+    if code == "HeldBehindPartial":
+        return [
+            "the gang it names gets room for all its pods, or the clog detector evicts it "
+            "after its clog timeout; queues with nodeFit: true never hold like this"
+        ]
+    if code == "BackingOff":
+        return [
+            "time: it is planned again at the requeue time; each eviction lengthens the wait "
+            "(queue spec.backoff) and past backoff.limit evictions it is marked Failed",
+            f"why it was evicted: kubectl get events -n {namespace} "
+            f"--field-selector involvedObject.name={name}",
+        ]
+    if code == "Invalid":
+        return [
+            "fix the field the reason names (delete the Job and create it again); muster never "
+            "admits it as it is"
+        ]
+    return ["see the reason codes in docs/policies.md"]
+
+
+def explain(
+    body: Mapping[str, Any],
+    listing: Mapping[str, Mapping[str, Any]],
+    holders: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The explanation of one gang: a one-line summary, the reason, and what would change it."""
+    gang, state, queue = body.get("gang"), body.get("state"), body.get("queue")
+    namespace, _, name = str(gang).partition("/")
+    rows = {row["name"]: row for row in queue_rows(listing)}
+    row = rows.get(str(queue))
+    parent = rows.get(str(row["parent"])) if row and row.get("parent") else None
+    reason = body.get("reason")
+    out: dict[str, Any] = {"gang": gang, "state": state, "queue": queue}
+    if body.get("position") is not None:
+        out["position"] = body["position"]
+    if reason:
+        out["reason"] = dict(reason)
+    where = f" (position {body['position']} in queue {queue})" if body.get("position") else ""
+    pods = f"{body.get('ready', 0)} of at least {body.get('min')} pods ready"
+    changes: list[str] = []
+    if state in ("Pending", "BackingOff") and reason:
+        summary = f"{gang} waits{where}: {reason.get('message')}"
+        changes = changes_for(body, row, parent, holders)
+    elif state == "Pending" and body.get("admitNow") is not None:
+        summary = (
+            f"{gang} waits{where}, but nothing holds it back: the planner admits it now at "
+            f"{body['admitNow']} pods"
+        )
+        changes = [
+            "nothing: the controller admits it at its next cycle (within seconds); if it stays "
+            "Pending, check that muster's controller runs (kubectl -n muster-system get pods)"
+        ]
+    elif state == "Pending":
+        summary = f"{gang} waits{where}; the controller has not planned it yet"
+        changes = ["nothing: the controller plans within seconds of a change; ask again"]
+    elif state == "Admitted":
+        summary = (
+            f"{gang} is admitted ({body.get('admittedAt')}, {body.get('admittedSize')} pods) "
+            f"and starting: {pods}, {body.get('podsWaiting', 0)} not scheduled yet"
+        )
+        changes = [
+            "nothing on muster's side: kube-scheduler places its pods; see them with "
+            f"kubectl get pods -n {namespace} -l {GANG}={name}",
+            "if fewer than its minimum are ready after its clog timeout, muster evicts it "
+            "and requeues it with backoff",
+        ]
+    elif state == "Running":
+        summary = f"{gang} is running: {pods}; nothing holds it back"
+    elif state == "Finished":
+        summary = f"{gang} has finished; it holds no quota"
+    elif state == "Failed":
+        summary = (
+            f"{gang} failed: evicted {body.get('evictions')} times, past its queue's backoff "
+            "limit; muster does not admit it again"
+        )
+        changes = [
+            "find why its pods did not start: kubectl get events -n "
+            f"{namespace} --field-selector involvedObject.name={name}",
+            "then delete it and submit it again",
+        ]
+    else:
+        summary = f"{gang} is {state}"
+    out["summary"] = summary
+    out["changes"] = changes
+    if body.get("rejected"):
+        out["rejected"] = True
+    if row is not None:
+        out["queueUsage"] = usage_cell(row)
+    out["kind"] = gang_label(body)
+    return out
+
+
+def render(explanation: Mapping[str, Any], source: str) -> str:
+    lines = [str(explanation["summary"])]
+    reason = explanation.get("reason")
+    if reason:
+        lines.append(f"reason: {reason.get('code')}")
+    if explanation.get("changes"):
+        lines.append("what would change it:")
+        lines.extend(f"  - {change}" for change in explanation["changes"])
+    lines.append(f"gang: {explanation['kind']}, queue {explanation.get('queue')}")
+    lines.append(f"(source: {source})")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        namespace, name = parse_gang(args.gang, args.namespace)
+        view = open_view(args)
+        try:
+            body = view.gang(namespace, name)
+            listing = view.queues()
+            holders = (
+                view.holders(str(body.get("queue")))
+                if isinstance(view, ApiView) and (body.get("reason") or {}).get("code")
+                else None
+            )
+        finally:
+            close_view(view)
+    except ViewError as exc:
+        print(f"muster explain: {exc}", file=sys.stderr)
+        return exc.exit_code
+    explanation = explain(body, listing, holders)
+    if args.output == "table":
+        print(render(explanation, view.source.describe()))
+    else:
+        print(dump({**explanation, "source": view.source.as_dict()}, args.output))
+    return 0

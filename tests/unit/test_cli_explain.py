@@ -1,0 +1,100 @@
+"""`muster explain`: the planner's reason in words, and what would change it, per reason code."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from admission.status import gang_status, queue_listing, queue_status
+from muster import cli
+from muster.explain_command import changes_for, explain, render
+from muster.view import plan_listing
+from policies import REASON_CODES, reasons
+from tests.unit.test_cli_view import NOW, listing, served
+
+
+def _explain(name: str, holders: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    cache = plan_listing(listing(), now=NOW).cache
+    body = gang_status(cache, f"ns/{name}", NOW)
+    assert body is not None
+    return explain(body, queue_listing(cache, queue_status(cache)), holders)
+
+
+def test_quota_wait_names_the_reason_usage_and_the_fix() -> None:
+    out = _explain("second", [{"gang": "ns/first", "holds": {"cpu": "16"}}])
+    reason = reasons.quota_exhausted("a", "cpu", 2000, 0)
+    assert out["reason"] == {"code": "QuotaExhausted", "message": reason.message}
+    assert out["summary"] == f"ns/second waits (position 1 in queue a): {reason.message}"
+    changes = "\n".join(out["changes"])
+    assert "it holds cpu 16/16 (usage/quota)" in changes
+    assert "held by ns/first (16 cpu)" in changes
+    assert "kubectl edit queues.muster.dev a" in changes
+
+
+def test_never_fits_says_waiting_will_not_help() -> None:
+    out = _explain("huge")
+    assert out["rejected"] is True
+    assert out["changes"][0].startswith("no gang finishing makes room for it")
+    assert "raise queue a's quota" in out["changes"][0]
+    assert out["changes"][1] == "to remove it: kubectl delete job -n ns huge"
+
+
+def test_queue_not_found_says_how_to_create_it() -> None:
+    out = _explain("lost")
+    assert out["reason"]["message"].startswith('queue "nope" not found')
+    assert out["changes"][0].startswith("create queue nope")
+
+
+def test_a_gang_the_plan_admits_now_is_not_held_back() -> None:
+    cache = plan_listing(listing(), now=NOW).cache
+    body = gang_status(cache, "ns/ok", NOW)
+    assert body is not None
+    out = explain({**body, "admitNow": 1}, {}, None)
+    assert "nothing holds it back: the planner admits it now at 1 pods" in out["summary"]
+
+
+def test_a_running_gang_has_nothing_to_change() -> None:
+    out = _explain("first")
+    assert out["state"] == "Running" and out["changes"] == []
+    assert (
+        out["summary"] == "ns/first is running: 4 of at least 4 pods ready; nothing holds it back"
+    )
+
+
+@pytest.mark.parametrize("code", [*REASON_CODES, "BackingOff", "Invalid"])
+def test_every_reason_code_has_its_own_advice(code: str) -> None:
+    body = {"gang": "ns/x", "queue": "q", "state": "Pending", "reason": {"code": code}}
+    changes = changes_for(body, None, None, None)
+    assert changes and changes != ["see the reason codes in docs/policies.md"]
+
+
+def test_cohort_members_hear_about_borrowing() -> None:
+    body = {"gang": "ns/x", "queue": "b", "reason": {"code": "QuotaExhausted", "message": "m"}}
+    queue = {"name": "b", "usage": {"cpu": "2"}, "quota": None, "parent": "org"}
+    parent = {"name": "org", "usage": {"cpu": "10"}, "quota": {"cpu": "10"}}
+    changes = changes_for(body, queue, parent, None)
+    assert any("cohort org: cpu 10/10" in c for c in changes)
+    assert any("spec.borrowingLimit" in c for c in changes)
+
+
+def test_render_prints_summary_reason_and_source() -> None:
+    text = render(_explain("third"), "the moon")
+    lines = text.splitlines()
+    assert lines[0].startswith("ns/third waits (position 2 in queue a): quota of queue a")
+    assert lines[1] == "reason: QuotaExhausted"
+    assert lines[2] == "what would change it:"
+    assert lines[-1] == "(source: the moon)"
+
+
+def test_explain_command_over_the_status_service(capsys: pytest.CaptureFixture[str]) -> None:
+    with served(plan_listing(listing(), now=NOW).cache) as url:
+        assert cli.main(["explain", "ns/second", "--status-url", url]) == 0
+        text = capsys.readouterr().out
+        assert cli.main(["explain", "second", "-n", "ns", "--status-url", url, "-o", "json"]) == 0
+        body = json.loads(capsys.readouterr().out)
+    reason = reasons.quota_exhausted("a", "cpu", 2000, 0)
+    assert reason.message in text.splitlines()[0]
+    assert body["reason"]["message"] == reason.message
+    assert body["source"]["from"] == "statusService"
