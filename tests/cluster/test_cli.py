@@ -1,0 +1,278 @@
+"""`muster queues`, `muster status` and `muster explain` against the real control plane, read both
+from the running controller's status service and from the API with only a kubeconfig; and the
+documented cluster commands that no other test runs (`muster cluster env`, `muster bench admit`).
+
+The two sources must agree: the CLI's API reading builds the controller's cache and runs its
+planner, so for a waiting gang it must print the reason the controller itself recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from admission.kubeapi import KubeClient
+from tests.conftest import MusterProcess
+from tests.controller_helpers import (
+    admitted,
+    create_queue,
+    delete_queue,
+    gang_job,
+    http_json,
+    jobs_path,
+)
+from tests.kube import job_manifest, wait_for
+
+pytestmark = [pytest.mark.cluster]
+
+
+def muster_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The `muster` command as users run it: a fresh process, its exit code and output."""
+    full_env = {k: v for k, v in os.environ.items() if k != "MUSTER_STATUS_URL"}
+    return subprocess.run(
+        [sys.executable, "-m", "muster.cli", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={**full_env, **(env or {})},
+    )
+
+
+@dataclass
+class Scene:
+    """Queue `queue` (4 cpu) is full with `holder`; `second` (2 pods) and `third` wait for it."""
+
+    namespace: str
+    queue: str
+    status_url: str
+    kubeconfig: Path
+
+    def service(self, name: str) -> dict[str, Any]:
+        return dict(http_json(f"{self.status_url}/v1/gangs/{self.namespace}/{name}"))
+
+
+@pytest.fixture
+def scene(
+    kube: KubeClient, namespace: str, muster: MusterProcess, kubeconfig: Path
+) -> Iterator[Scene]:
+    q = f"{namespace}-q"
+    create_queue(kube, q, {"nominal": {"cpu": "4"}})
+    try:
+        kube.create(jobs_path(namespace), gang_job("holder", q, pods=4, runtime="600s"))
+        wait_for(
+            lambda: admitted(kube.get(f"{jobs_path(namespace)}/holder")),
+            timeout=60,
+            what="the holder gang to be admitted",
+        )
+        kube.create(jobs_path(namespace), gang_job("second", q, pods=2))
+        kube.create(jobs_path(namespace), gang_job("third", q, pods=1))
+        found = Scene(namespace, q, muster.status_url, kubeconfig)
+        for name in ("second", "third"):
+            wait_for(
+                lambda name=name: found.service(name).get("reason"),  # type: ignore[misc]
+                timeout=30,
+                what=f"the controller's reason for {name}",
+            )
+        yield found
+    finally:
+        delete_queue(kube, q)
+
+
+def test_explain_prints_the_planners_reason(scene: Scene) -> None:
+    gang = f"{scene.namespace}/second"
+    recorded = scene.service("second")["reason"]
+    assert recorded["code"] == "QuotaExhausted", recorded
+
+    # From a laptop: only the kubeconfig; the CLI plans as the controller does.
+    done = muster_cli("explain", gang, "--kubeconfig", str(scene.kubeconfig))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"{gang} waits (position 1 in queue {scene.queue}): {recorded['message']}"
+    assert "reason: QuotaExhausted" in lines
+    assert any(f"held by {scene.namespace}/holder (4 cpu)" in line for line in lines)
+    assert lines[-1].startswith("(source: the API, read with kubeconfig ")
+
+    as_json = muster_cli(
+        "explain",
+        "second",
+        "-n",
+        scene.namespace,
+        "--kubeconfig",
+        str(scene.kubeconfig),
+        "-o",
+        "json",
+    )
+    assert as_json.returncode == 0, as_json.stderr
+    body = json.loads(as_json.stdout)
+    assert body["reason"] == recorded
+    assert body["source"]["from"] == "api"
+
+    # From the status service, named by the environment as a pod would.
+    served = muster_cli("explain", gang, "-o", "json", env={"MUSTER_STATUS_URL": scene.status_url})
+    assert served.returncode == 0, served.stderr
+    body = json.loads(served.stdout)
+    assert body["reason"] == recorded
+    assert body["source"] == {"from": "statusService", "where": scene.status_url}
+
+
+def test_status_shows_pending_and_position(scene: Scene) -> None:
+    gang = f"{scene.namespace}/third"
+    done = muster_cli("status", gang, "--kubeconfig", str(scene.kubeconfig), "-o", "json")
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    service = scene.service("third")
+    assert body["state"] == service["state"] == "Pending"
+    assert body["position"] == service["position"] == 2
+    assert body["reason"] == service["reason"]
+
+    table = muster_cli("status", gang, "--status-url", scene.status_url)
+    assert table.returncode == 0, table.stderr
+    fields = dict(line.split(":", 1) for line in table.stdout.splitlines())
+    assert fields["state"].strip() == "Pending"
+    assert fields["position"].strip() == f"2 in queue {scene.queue}"
+
+    holder = muster_cli(
+        "status", f"{scene.namespace}/holder", "--kubeconfig", str(scene.kubeconfig)
+    )
+    assert holder.returncode == 0, holder.stderr
+    assert "admitted:" in holder.stdout and "at 4 pods" in holder.stdout
+
+
+def test_queues_shows_usage_of_an_admitted_gang(scene: Scene) -> None:
+    rows = {}
+    for source in (
+        ("--kubeconfig", str(scene.kubeconfig)),
+        ("--status-url", scene.status_url),
+    ):
+        done = muster_cli("queues", *source, "-o", "json")
+        assert done.returncode == 0, done.stderr
+        row = next(q for q in json.loads(done.stdout)["queues"] if q["name"] == scene.queue)
+        rows[source[0]] = row
+        assert row["usage"] == {"cpu": "4"} and row["nominal"] == {"cpu": "4"}
+        assert (row["admitted"], row["pending"]) == (1, 2)
+    assert rows["--kubeconfig"]["share"] == rows["--status-url"]["share"]
+
+    table = muster_cli("queues", "--kubeconfig", str(scene.kubeconfig))
+    assert table.returncode == 0, table.stderr
+    line = next(x for x in table.stdout.splitlines() if x.startswith(scene.queue + " "))
+    assert line.split()[1:4] == ["-", "2", "1"] and "cpu 4/4" in line
+
+
+def test_missing_gangs_and_unmanaged_jobs_are_one_line_errors(
+    kube: KubeClient, namespace: str, muster: MusterProcess, kubeconfig: Path
+) -> None:
+    done = muster_cli("explain", f"{namespace}/nothing", "--kubeconfig", str(kubeconfig))
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"muster explain: gang {namespace}/nothing not found: no Job nothing in namespace "
+        f"{namespace}; list muster's gangs there with `kubectl get jobs -n {namespace} -l "
+        "muster.dev/queue`\n"
+    )
+    # A Job without the queue label is not muster's: say so, and why.
+    kube.create(jobs_path(namespace), job_manifest("plain", parallelism=1, runtime="1s"))
+    done = muster_cli("status", f"{namespace}/plain", "--kubeconfig", str(kubeconfig))
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert "has no muster.dev/queue label" in done.stderr
+
+    served = muster_cli("status", f"{namespace}/nothing", "--status-url", muster.status_url)
+    assert served.returncode == 1
+    assert served.stderr.startswith(f"muster status: gang {namespace}/nothing not found")
+
+
+def test_read_access_is_enough_and_missing_access_is_named(
+    kube: KubeClient, namespace: str, muster: MusterProcess, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """The CLI only LISTs and GETs: a service account that may list and get what it reads can
+    run it; one that may not list Queues gets a one-line error that says what is missing."""
+    group = "rbac.authorization.k8s.io"
+    rbac = f"/apis/{group}/v1"
+    name = f"{namespace}-viewer"
+    rules = [
+        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list", "get"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "get"]},
+        {"apiGroups": ["muster.dev"], "resources": ["queues"], "verbs": ["list", "get"]},
+    ]
+    kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}})
+    kube.create(f"{rbac}/clusterroles", {"metadata": {"name": name}, "rules": rules})
+    kube.create(
+        f"{rbac}/clusterrolebindings",
+        {
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    )
+    try:
+        token = kube.create(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        )["status"]["token"]
+        viewer = tmp_path / "viewer.kubeconfig"
+        viewer.write_text(_with_token(kubeconfig, token))
+        done = muster_cli("queues", "--kubeconfig", str(viewer), "-o", "json")
+        assert done.returncode == 0, done.stderr
+
+        kube.patch(f"{rbac}/clusterroles/{name}", {"rules": rules[:2]})
+        done = wait_for(
+            lambda: (
+                d if (d := muster_cli("queues", "--kubeconfig", str(viewer))).returncode else None
+            ),
+            timeout=30,
+            what="the narrowed role to take effect",
+        )
+        assert done.returncode == 1 and done.stderr.count("\n") == 1
+        assert done.stderr.startswith("muster queues: the API refused GET /apis/muster.dev/")
+        assert "need list on queues.muster.dev, nodes, pods and jobs" in done.stderr
+    finally:
+        kube.delete(f"{rbac}/clusterrolebindings/{name}")
+        kube.delete(f"{rbac}/clusterroles/{name}")
+
+
+def _with_token(kubeconfig: Path, token: str) -> str:
+    """The kubeconfig's cluster and context, with a bearer token instead of its certificate."""
+    import yaml
+
+    doc = yaml.safe_load(kubeconfig.read_text())
+    for entry in doc["users"]:
+        entry["user"] = {"token": token}
+    return str(yaml.safe_dump(doc))
+
+
+def test_cluster_env_prints_the_kubeconfig(kubeconfig: Path) -> None:
+    from simulator.controlplane.cluster import LocalCluster
+
+    name = kubeconfig.parent.name
+    if LocalCluster(name=name).kubeconfig != kubeconfig:
+        pytest.skip("MUSTER_KUBECONFIG names a cluster `muster cluster up` did not start")
+    done = muster_cli("cluster", "env", "--name", name)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"export KUBECONFIG={kubeconfig}\n"
+    gone = muster_cli("cluster", "env", "--name", f"not-running-{os.getpid()}")
+    assert gone.returncode == 1
+    assert "is not running: start it with `muster cluster up`" in gone.stderr
+
+
+def test_documented_bench_admit_runs_small(tmp_path: Path) -> None:
+    # On a control plane of its own: `muster bench admit` runs `muster run --local`, which
+    # registers (and on exit removes) the one webhook configuration the session's muster uses.
+    done = muster_cli(
+        "bench", "admit", "--jobs", "20", "--nodes", "4", "--patches", "100",
+        "--concurrency", "4", "--submitters", "4", "--name", f"cli-bench-{os.getpid()}", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["jobs"] == figures["admitted"] == 20
+    assert figures["gangs_per_s"] > 0 and figures["raw_patch_per_s"] > 0
