@@ -226,3 +226,21 @@ def test_help_has_examples() -> None:
     done = muster_certs("--help")
     assert done.returncode == 0
     assert "examples:" in done.stdout and "muster certs --rotate" in done.stdout
+
+
+def test_an_unreachable_cluster_is_one_line_and_exit_1(tmp_path: Any) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    done = muster_certs("--kubeconfig", str(kubeconfig))
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("muster certs: cannot reach the cluster at https://127.0.0.1:1")
