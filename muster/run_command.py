@@ -285,12 +285,17 @@ def _webhook_child_argv(args: argparse.Namespace, port: int) -> list[str]:
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    """Ask Linux to send SIGTERM to this (child) process when its parent dies, even by kill -9."""
+    """Ask Linux to kill this (child) process when its parent dies, also by kill -9.
+
+    SIGKILL, not SIGTERM: a parent that died abnormally must leave the webhook configuration in
+    place (failurePolicy Fail keeps managed Jobs from being created unsuspended until a new
+    muster serves again); a graceful stop removes it through the parent's SIGTERM instead.
+    """
     import ctypes
 
     pr_set_pdeathsig = 1
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def _run_split(args: argparse.Namespace) -> int:
@@ -298,8 +303,8 @@ def _run_split(args: argparse.Namespace) -> int:
 
     Each gets its own interpreter and GIL: a plan cycle never delays an admission review (whose
     latency every `kubectl create` pays), and a burst of reviews never delays a cycle. The child
-    dies with this process (SIGTERM from the kernel, also after kill -9), and this process stops
-    when the child stops, so a supervisor sees one unit.
+    dies with this process (SIGKILL from the kernel when this one dies abnormally), and this
+    process stops when the child stops, so a supervisor sees one unit.
     """
     port = args.webhook_port or _free_port(args.webhook_addr)
     child = subprocess.Popen(_webhook_child_argv(args, port), preexec_fn=_die_with_parent)
