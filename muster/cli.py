@@ -48,6 +48,10 @@ COMMANDS: tuple[Command, ...] = (
     Command(("bench", "sim"), "simulator.bench_sim", "time the in-process simulator on a burst"),
     Command(("trace", "burst"), "simulator.trace_command", "generate a synthetic burst trace"),
     Command(("sweep",), "simulator.sweep", "find the smallest cluster meeting a wait-time SLO"),
+    Command(("queues",), "muster.queues_command", "list queues: pending, admitted, usage, share"),
+    Command(("status",), "muster.status_command", "show where one gang stands"),
+    Command(("explain",), "muster.explain_command", "explain why a gang is pending"),
+    Command(("certs",), "muster.certs_command", "write a self-signed webhook Secret and caBundle"),
 )
 
 
