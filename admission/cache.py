@@ -24,6 +24,7 @@ from admission.gangs import (
     PodRecord,
     is_managed_job,
     job_record,
+    namespace_selector_from,
     node_from,
     pod_record,
     queue_from,
@@ -39,6 +40,8 @@ from policies import (
     Resources,
     Snapshot,
 )
+from policies.reasons import namespace_not_allowed
+from policies.selectors import LabelSelector
 
 log = logging.getLogger("muster.cache")
 
@@ -60,6 +63,8 @@ class QueueView:
     name: str
     queue: Queue | None
     error: str | None = None
+    namespace_selector: LabelSelector | None = None
+    """Namespaces whose gangs may use the queue; None or empty: all."""
 
 
 @dataclass
@@ -68,6 +73,8 @@ class Cache:
     nodes: dict[str, Node] = field(default_factory=dict)
     pods: dict[str, PodRecord] = field(default_factory=dict)
     queues: dict[str, QueueView] = field(default_factory=dict)
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> labels
+    namespaces_known: bool = False  # a namespace was ever seen (else selectors are not checked)
     # Usage of bound pods per node: by pods muster does not manage, and by all pods.
     node_other: dict[str, Resources] = field(default_factory=lambda: defaultdict(Resources))
     node_all: dict[str, Resources] = field(default_factory=lambda: defaultdict(Resources))
@@ -227,12 +234,55 @@ class Cache:
             self.queues.pop(name, None)
         else:
             try:
-                self.queues[name] = QueueView(name, queue_from(body))
+                selector = namespace_selector_from(body)
+                self.queues[name] = QueueView(
+                    name,
+                    queue_from(body),
+                    namespace_selector=selector if selector.requirements else None,
+                )
             except ValueError as exc:
                 log.warning("queue %s ignored: %s", name, exc)
                 self.queues[name] = QueueView(name, None, str(exc))
         self._rebuild_tree()
         self.changed.set()
+
+    def apply_namespace(self, event: str | None, body: Mapping[str, Any]) -> None:
+        """Namespace labels decide which queues a namespace's gangs may use."""
+        name = (body.get("metadata") or {}).get("name") or ""
+        if not self._fresh("namespace", name, body):
+            return
+        self.namespaces_known = True
+        meta = body.get("metadata") or {}
+        labels = None if event == "DELETED" else dict(meta.get("labels") or {})
+        if labels is None:
+            self.namespaces.pop(name, None)
+        elif self.namespaces.get(name) != labels:
+            self.namespaces[name] = labels
+        else:
+            return
+        if any(view.namespace_selector for view in self.queues.values()):
+            self.changed.set()
+
+    def namespace_refusals(self) -> dict[str, Reason]:
+        """Waiting gangs whose queue does not take gangs from their namespace, and why."""
+        selective = {
+            name: view.namespace_selector
+            for name, view in self.queues.items()
+            if view.namespace_selector is not None and view.namespace_selector.requirements
+        }
+        if not selective or not self.namespaces_known:
+            return {}
+        out: dict[str, Reason] = {}
+        for r in self.jobs.values():
+            selector = selective.get(r.queue)
+            if (
+                selector is not None
+                and r.admission is None
+                and not r.finished
+                and not selector.matches(self.namespaces.get(r.namespace, {}))
+            ):
+                out[r.key] = namespace_not_allowed(r.queue, r.namespace, selector.describe())
+        return out
 
     def _rebuild_tree(self) -> None:
         queues = [view.queue for view in self.queues.values() if view.queue is not None]
@@ -259,6 +309,7 @@ class Cache:
             "pod": self.pods,
             "node": self.nodes,
             "queue": self.queues,
+            "namespace": self.namespaces,
         }
         store = stores[kind]
         gone = [
@@ -296,7 +347,9 @@ class Cache:
                 bound[node] = max(bound.get(node, 0), pods)
         return bound
 
-    def pending_gangs(self, now: float) -> list[Gang]:
+    def pending_gangs(self, now: float, refused: Mapping[str, Reason] | None = None) -> list[Gang]:
+        """Gangs to plan: waiting, readable, not backing off, and allowed into their queue."""
+        refused = refused or {}
         return [
             r.gang
             for r in self.jobs.values()
@@ -306,10 +359,13 @@ class Cache:
             and not r.failed_state
             and r.parse_error is None
             and r.requeue_at <= now
+            and r.key not in refused
         ]
 
-    def snapshot(self, now: float) -> Snapshot:
-        """A private, immutable copy of what the planner needs (step 2 of a cycle)."""
+    def snapshot(self, now: float, refused: Mapping[str, Reason] | None = None) -> Snapshot:
+        """A private, immutable copy of what the planner needs (step 2 of a cycle).
+
+        Gangs in `refused` (see `namespace_refusals`) are left out of the plan."""
         nodes = [self.node_view(name) for name in self.nodes]
         admitted = [
             AdmittedGang(
@@ -324,7 +380,11 @@ class Cache:
         ]
         tree = self.tree if self.tree is not None else QueueTree.build([])
         return Snapshot(
-            nodes=nodes, queues=tree, admitted=admitted, pending=self.pending_gangs(now), now=now
+            nodes=nodes,
+            queues=tree,
+            admitted=admitted,
+            pending=self.pending_gangs(now, refused),
+            now=now,
         )
 
     def queue_usage(self) -> dict[str, Resources]:

@@ -30,6 +30,7 @@ JOBS = "/apis/batch/v1/jobs"
 PODS = "/api/v1/pods"
 NODES = "/api/v1/nodes"
 QUEUES = "/apis/muster.dev/v1alpha1/queues"
+NAMESPACES = "/api/v1/namespaces"
 
 
 @dataclass
@@ -89,12 +90,18 @@ def list_everything(client: KubeClient) -> Listing:
         ("node", NODES, None),
         ("pod", PODS, None),
         ("job", JOBS, {"labelSelector": QUEUE}),
+        ("namespace", NAMESPACES, None),
     ):
         try:
             items, version = list_collection(client, path, params)
         except ApiError as exc:
             if exc.status == 404 and kind == "queue":
                 log.warning("Queue CRD not installed: kubectl apply -f manifests/crd/")
+                continue
+            if exc.status == 403 and kind == "namespace":
+                # Read-only views (muster explain) may lack it; queues' namespaceSelectors are
+                # then not checked (the controller's ClusterRole grants it).
+                log.warning("cannot list namespaces: queues' namespaceSelector not checked")
                 continue
             raise
         out.append((kind, items, version))
@@ -149,6 +156,10 @@ def register(
     @kopf.on.event("", "v1", "nodes", registry=registry)
     async def watch_node(event: Mapping[str, Any], **_: Any) -> None:
         cache.apply_node(event.get("type"), event["object"])
+
+    @kopf.on.event("", "v1", "namespaces", registry=registry)
+    async def watch_namespace(event: Mapping[str, Any], **_: Any) -> None:
+        cache.apply_namespace(event.get("type"), event["object"])
 
     @kopf.on.event("muster.dev", "v1alpha1", "queues", registry=registry)
     async def watch_queue(event: Mapping[str, Any], **_: Any) -> None:

@@ -25,6 +25,7 @@ from policies import (
     Toleration,
 )
 from policies.durations import DurationError, parse_duration
+from policies.selectors import LabelSelector, parse_label_selector
 from policies.submitted import StampError, parse_stamp
 from policies.vocabulary import (
     ADMITTED,
@@ -382,4 +383,13 @@ def queue_from(body: Mapping[str, Any]) -> Queue:
             limit=int(backoff.get("limit", default.limit)),
         ),
         node_fit=bool(spec.get("nodeFit", True)),
+    )
+
+
+def namespace_selector_from(body: Mapping[str, Any]) -> LabelSelector:
+    """A Queue's `spec.namespaceSelector` (empty: every namespace); ValueError naming the field."""
+    name = (body.get("metadata") or {}).get("name") or ""
+    spec = body.get("spec") or {}
+    return parse_label_selector(
+        spec.get("namespaceSelector"), f'queue "{name}": spec.namespaceSelector'
     )

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,12 +21,15 @@ from admission.gangs import JobRecord
 from admission.metrics import ControllerMetrics
 from admission.status import queue_positions, queue_status
 from admission.writes import JobRef, Writer
-from policies import Admission, Decisions, plan
+from policies import Admission, Decisions, Reason, plan
 from policies.durations import format_duration
 
 log = logging.getLogger("muster.controller")
 
 EvictReason = Literal["Clogged", "BelowMinimum", "Deadlock"]
+
+_TOLD_ONCE = frozenset({"QueueNotFound", "NamespaceNotAllowed"})
+"""Reason codes that get a Warning Event on the Job the first time a gang waits for them."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,8 @@ class Controller:
         # 2. Snapshot: a private, immutable copy of the cache. Nothing below reads live state
         #    for the plan.
         started = time.perf_counter()
-        snapshot = self.cache.snapshot(now)
+        refused = self.cache.namespace_refusals()
+        snapshot = self.cache.snapshot(now, refused)
         # 3. Plan: pure; in a thread so watches keep flowing while it runs.
         decisions = (
             await asyncio.to_thread(plan, snapshot, self.settings.policy)
@@ -111,7 +115,7 @@ class Controller:
         for admission in decisions.admitted:
             self._admit(admission, now)
         # 5. Requeue the rest: remember why each waits (status service, explain, logs).
-        self._record_reasons(decisions, now)
+        self._record_reasons(decisions, now, refused)
         # 6. Detectors: unsanctioned unsuspends, clogs, deadlocks.
         self._resuspend_unadmitted()
         self._detect_clogs(now)
@@ -180,20 +184,23 @@ class Controller:
         if self.settings.admit_events:
             self.writer.event(ref, "Admitted", message, "Normal")
 
-    def _record_reasons(self, decisions: Decisions, now: float) -> None:
+    def _record_reasons(
+        self, decisions: Decisions, now: float, refused: Mapping[str, Reason] | None = None
+    ) -> None:
         cache = self.cache
-        reasons = {**decisions.pending, **decisions.rejected}
+        reasons = {**decisions.pending, **decisions.rejected, **(refused or {})}
         for key, reason in reasons.items():
             if cache.reasons.get(key) != reason:
                 if key in decisions.rejected and key not in cache.rejected:
                     log.warning("%s cannot be admitted: %s", key, reason.message)
                 cache.touch(key)
-            if reason.code == "QueueNotFound" and key not in self._known_missing:
+            if reason.code in _TOLD_ONCE and key not in self._known_missing:
                 record = cache.jobs.get(key)
                 if record is not None:
+                    # Waits a user must act on get one Event (not one per cycle).
                     self._known_missing.add(key)
                     log.warning("%s waits: %s", key, reason.message)
-                    self.writer.event(_job(record), "QueueNotFound", reason.message, "Warning")
+                    self.writer.event(_job(record), reason.code, reason.message, "Warning")
         # Positions are recomputed at most once a second, and at once when a gang starts or
         # stops waiting, so a new gang never reads a stale (missing) position.
         same_waiting = reasons.keys() == cache.reasons.keys()

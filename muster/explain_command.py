@@ -127,6 +127,13 @@ def changes_for(
             "docs/queue-reference.md): the gang is planned as soon as it exists",
             "or delete the Job and create it again labelled muster.dev/queue=<a leaf queue>",
         ]
+    if code == "NamespaceNotAllowed":
+        return [
+            f"label namespace {namespace} to match queue {q}'s spec.namespaceSelector "
+            f"(kubectl label namespace {namespace} KEY=VALUE): the gang is planned at once",
+            f"or change queue {q}'s namespaceSelector ({edit}), or use a queue that takes "
+            f"gangs from {namespace}",
+        ]
     if code == "ReservedForOlder":
         return [
             "the older big gang it names is admitted: the room it may use is kept for it, so a "

@@ -370,13 +370,14 @@ def plan_listing(listing: Listing, policy: str = "drf", now: float | None = None
     for record in cache.jobs.values():
         # What the clog detector would have recorded: who reached their minimum of ready pods.
         record.reached_min = record.admission is not None and record.state(now) == "Running"
-    snapshot = cache.snapshot(now)
+    refused = cache.namespace_refusals()
+    snapshot = cache.snapshot(now, refused)
     try:
         decisions = plan(snapshot, policy) if snapshot.pending else Decisions()
     except PolicyError as exc:
         raise ViewError(f"--policy: {exc}", 2) from None
     # As admission.loop.Controller._record_reasons keeps them for the status service.
-    cache.reasons = {**decisions.pending, **decisions.rejected}
+    cache.reasons = {**decisions.pending, **decisions.rejected, **refused}
     cache.rejected = dict(decisions.rejected)
     cache.positions = queue_positions(cache)
     kinds = {kind for kind, _, _ in listing}

@@ -13,6 +13,7 @@ from policies.resources import Resources, format_quantity
 
 __all__ = [
     "elastic_waiting",
+    "namespace_not_allowed",
     "never_fits_nodes",
     "never_fits_quota",
     "no_fit",
@@ -137,4 +138,12 @@ def held_behind_partial(gang: str) -> Reason:
         "HeldBehindPartial",
         f"node-blind queues (nodeFit: false) admit nothing while {gang} waits for room for its "
         "pods; admission resumes when it runs or is evicted",
+    )
+
+
+def namespace_not_allowed(queue: str, namespace: str, selector: str) -> Reason:
+    return Reason(
+        "NamespaceNotAllowed",
+        f'queue "{queue}" takes gangs only from namespaces matching {selector}; namespace '
+        f'"{namespace}" does not match: label the namespace or use another queue',
     )

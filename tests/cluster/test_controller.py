@@ -271,3 +271,41 @@ def test_status_service_serves_long_polls_from_the_cache(
         assert q in queues
     finally:
         delete_queue(kube, q)
+
+
+def test_namespace_selector_keeps_other_namespaces_waiting(
+    kube: KubeClient, namespace: str, muster: MusterProcess
+) -> None:
+    q = f"{namespace}-ns"
+    create_queue(kube, q, {"namespaceSelector": {"matchLabels": {"muster-test/team": "a"}}})
+    try:
+        kube.create(jobs_path(namespace), gang_job("outsider", q, pods=1, runtime="1s"))
+        url = f"{muster.status_url}/v1/gangs/{namespace}/outsider"
+        status = wait_for(
+            lambda: (s := http_json(url)).get("reason") and s, timeout=30, what="a pending reason"
+        )
+        assert status["state"] == "Pending"
+        assert status["reason"]["code"] == "NamespaceNotAllowed", status
+        assert "muster-test/team=a" in status["reason"]["message"]
+        events = wait_for(
+            lambda: [
+                e
+                for e in kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+                if e.get("reason") == "NamespaceNotAllowed"
+            ],
+            timeout=30,
+            what="a NamespaceNotAllowed Event",
+        )
+        assert events[0]["involvedObject"]["name"] == "outsider"
+        assert not admitted(kube.get(f"{jobs_path(namespace)}/outsider"))
+        # Label the namespace: the queue takes the gang now.
+        kube.patch(
+            f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {"muster-test/team": "a"}}}
+        )
+        wait_for(
+            lambda: admitted(kube.get(f"{jobs_path(namespace)}/outsider")),
+            timeout=60,
+            what="admission once the namespace matches",
+        )
+    finally:
+        delete_queue(kube, q)
