@@ -42,7 +42,11 @@ class ControllerSettings:
     """Seconds between cycles when nothing changes."""
     coalesce: float = 0.2
     """Seconds to wait after a change so a burst of events makes one cycle (also the least
-    time between cycles: every cycle walks all gangs, and the webhook shares the process)."""
+    time between cycles)."""
+    pace: float = 2.0
+    """Between two cycles, wait at least `pace` times as long as the last cycle took (at most
+    `period`): a cycle walks every gang, so under a burst the loop takes at most 1/(1+pace)
+    of the process and leaves the rest to the watches that feed it."""
     deadlock_grace: float = 10.0
     """Seconds a gang must be partially placed before the deadlock detector looks at it."""
     status_interval: float = 2.0
@@ -77,21 +81,28 @@ class Controller:
     async def run(self) -> None:
         """Cycle forever: on change (coalesced) and at least every `period` seconds."""
         changed = self.cache.changed
+        settings = self.settings
+        took = 0.0  # how long the last cycle took
+        ended = time.monotonic()
         while True:
             try:
-                await asyncio.wait_for(changed.wait(), self.settings.period)
-                await asyncio.sleep(self.settings.coalesce)
+                await asyncio.wait_for(changed.wait(), settings.period)
+                gap = min(max(settings.coalesce, settings.pace * took), settings.period)
+                await asyncio.sleep(max(settings.coalesce, gap - (time.monotonic() - ended)))
             except TimeoutError:
                 pass
             changed.clear()
             if not self.cache.synced:
                 continue
+            started = time.monotonic()
             try:
                 await self.cycle()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("admit cycle failed; retrying on the next change")
+            ended = time.monotonic()
+            took = ended - started
 
     async def cycle(self) -> None:
         now = time.time()
