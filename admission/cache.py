@@ -145,7 +145,7 @@ class Cache:
                 self.touch(key)
                 self.changed.set()
             return None
-        new = job_record(body)
+        new = job_record(body, old)
         if old is not None and old.uid == new.uid:
             new.reached_min = old.reached_min
             new.below_min_since = old.below_min_since

@@ -1,9 +1,11 @@
 """The queue controller's kopf registration: watches into the cache, the loop, status, metrics.
 
-Watches use `@kopf.on.event` only: kopf writes nothing to the watched objects (no progress or
-last-handled annotations, no finalizers). Before the first cycle the controller LISTs every kind
-once, so a restarted controller plans from the whole cluster (admitted gangs included), never
-from a half-filled cache; watch events older than what that LIST returned are ignored.
+Jobs, Nodes, Queues and Namespaces are watched with `@kopf.on.event`, Pods by the lean
+`admission.podwatch` stream (the busiest kind; kopf's per-event work bought nothing there).
+kopf writes nothing to the watched objects (no progress or last-handled annotations, no
+finalizers). Before the first cycle the controller LISTs every kind once, so a restarted
+controller plans from the whole cluster (admitted gangs included), never from a half-filled
+cache; watch events older than what that LIST returned are ignored.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from admission.cache import Cache, cache_key
 from admission.kubeapi import ApiError, KubeClient
 from admission.loop import Controller, ControllerSettings
 from admission.metrics import ControllerMetrics
+from admission.podwatch import PodWatch
 from admission.status import StatusServer
 from admission.writes import Writer
 from policies.vocabulary import QUEUE
@@ -149,10 +152,6 @@ def register(
     async def watch_job(event: Mapping[str, Any], **_: Any) -> None:
         cache.apply_job(event.get("type"), event["object"])
 
-    @kopf.on.event("", "v1", "pods", registry=registry)
-    async def watch_pod(event: Mapping[str, Any], **_: Any) -> None:
-        cache.apply_pod(event.get("type"), event["object"])
-
     @kopf.on.event("", "v1", "nodes", registry=registry)
     async def watch_node(event: Mapping[str, Any], **_: Any) -> None:
         cache.apply_node(event.get("type"), event["object"])
@@ -239,11 +238,21 @@ def register(
     async def _sync_then_run(controller: Controller) -> None:
         while True:
             try:
-                apply_listing(cache, await asyncio.to_thread(list_everything, client))
+                listing = await asyncio.to_thread(list_everything, client)
+                apply_listing(cache, listing)
                 break
             except (ApiError, OSError) as exc:
                 log.warning("initial LIST failed (%s); retrying in 2s", exc)
                 await asyncio.sleep(2)
+        # Pods are watched from the version of the LIST just applied (see admission.podwatch).
+        pods = PodWatch(client, cache, asyncio.get_running_loop(), list_collection)
+        pods.start(next(version for kind, _, version in listing if kind == "pod"))
+        try:
+            await _run_synced(controller)
+        finally:
+            await asyncio.to_thread(pods.stop)
+
+    async def _run_synced(controller: Controller) -> None:
         cache.synced = True
         cache.changed.set()
         log.info(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from policies import (
@@ -141,6 +141,9 @@ class JobRecord:
     kind: str
     gang_label: str
     parse_error: str | None = None
+    source: tuple[object, ...] = ()
+    """What the record was read from besides the status (uid, generation, labels, annotations):
+    an event that changes only the status reuses everything else (see `job_record`)."""
     # Controller-side bookkeeping (not from the object).
     local_admit: tuple[float, int] | None = field(default=None)
     reached_min: bool = False
@@ -185,14 +188,32 @@ def is_managed_job(body: Mapping[str, Any]) -> bool:
     return QUEUE in (meta.get("labels") or {}) and SUBMITTED in (meta.get("annotations") or {})
 
 
-def job_record(body: Mapping[str, Any]) -> JobRecord:
+def _status_only(previous: JobRecord, body: Mapping[str, Any]) -> JobRecord:
+    status = body.get("status") or {}
+    return replace(
+        previous,
+        resource_version=(body.get("metadata") or {}).get("resourceVersion") or "",
+        finished=_condition(status, "Complete") or _condition(status, "Failed"),
+        ready=int(status.get("ready") or 0),
+        succeeded=int(status.get("succeeded") or 0),
+    )
+
+
+def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> JobRecord:
     """The record of a managed Job. Malformed muster fields are kept in `parse_error` (the gang
-    then never gets admitted and its status says why) rather than raised."""
+    then never gets admitted and its status says why) rather than raised.
+
+    With `previous` (the record of an earlier version of the same Job), an event that changed
+    only the Job's status (most events: pods becoming ready, succeeding) reuses the parsed
+    gang instead of parsing the pod template and every annotation again."""
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
     status = body.get("status") or {}
     labels: Mapping[str, str] = meta.get("labels") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
+    source = (meta.get("uid"), meta.get("generation"), labels, annotations)
+    if previous is not None and previous.source == source:
+        return _status_only(previous, body)
     namespace, name = meta.get("namespace") or "", meta.get("name") or ""
     template = spec.get("template") or {}
     pod_spec = template.get("spec") or {}
@@ -285,6 +306,7 @@ def job_record(body: Mapping[str, Any]) -> JobRecord:
         kind=kind,
         gang_label=pod_labels.get(GANG) or name,
         parse_error=error,
+        source=(source[0], source[1], dict(labels), dict(annotations)),
     )
 
 

@@ -9,13 +9,15 @@ local control plane writes.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
+import socket
 import ssl
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -252,6 +254,14 @@ class KubeClient:
     def delete(self, path: str) -> dict[str, Any]:
         return self.request("DELETE", path)
 
+    def watch(
+        self, path: str, params: Mapping[str, str], timeout_seconds: int = 300
+    ) -> WatchStream:
+        """A watch on `path` (see WatchStream); iterate it on a thread of its own."""
+        with self._lock:
+            self.requests_sent += 1
+        return WatchStream(self, path, {**params, "timeoutSeconds": str(timeout_seconds)})
+
     def raw_get(self, path: str) -> tuple[int, bytes]:
         """GET a non-JSON endpoint (/readyz, /metrics); returns (status, body)."""
         conn = self._connection()
@@ -277,3 +287,65 @@ class KubeClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class WatchStream:
+    """One watch request: iterating yields each event (`{"type", "object"}`) until the server
+    ends the stream (after `timeoutSeconds`) or `close()` is called from another thread.
+
+    Blocking, on a connection of its own (a watch holds it for minutes). An HTTP error raises
+    ApiError; an `ERROR` event (e.g. 410 Gone: the resourceVersion is too old) is yielded for
+    the caller to act on.
+    """
+
+    def __init__(self, client: KubeClient, path: str, params: Mapping[str, str]) -> None:
+        self.path = path
+        self._query = {"watch": "1", **params}
+        self._client = client
+        self._conn: http.client.HTTPSConnection | None = None
+        self._closed = threading.Event()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        client = self._client
+        url = urlsplit(client.credentials.server)
+        # The server ends the stream after timeoutSeconds; the socket timeout only guards
+        # against a peer that vanished without closing.
+        wait = float(self._query.get("timeoutSeconds", "300")) + 60
+        conn = http.client.HTTPSConnection(
+            url.hostname or "127.0.0.1", url.port or 443, context=client._context(), timeout=wait
+        )
+        self._conn = conn
+        headers = {"Accept": JSON, "User-Agent": client.user_agent}
+        if client.credentials.token:
+            headers["Authorization"] = f"Bearer {client.credentials.token}"
+        try:
+            if self._closed.is_set():
+                return
+            conn.request("GET", f"{self.path}?{urlencode(self._query)}", headers=headers)
+            response = conn.getresponse()
+            if response.status >= 300:
+                data = response.read()
+                message = data[:200].decode(errors="replace")
+                raise ApiError(response.status, "GET", self.path, message)
+            while not self._closed.is_set():
+                try:
+                    line = response.readline()
+                except (OSError, http.client.HTTPException, ValueError):
+                    if self._closed.is_set():
+                        return  # close() shut the socket under us
+                    raise
+                if not line:
+                    return
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        """End the stream now (from any thread): the iterating thread returns."""
+        self._closed.set()
+        conn = self._conn
+        sock = conn.sock if conn is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)

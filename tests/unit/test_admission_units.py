@@ -162,3 +162,23 @@ def test_no_cycle_when_a_waiting_gang_fits_somewhere() -> None:
     used = {"s1": Resources(cpu=6000, pods=1)}
     partial = [PartialGang(a, 2, {"s1": 1}), PartialGang(b, 2, {"s1": 1})]
     assert gangs_to_evict(wait_for_graph(nodes, used, partial), {a.id: a, b.id: b}) == []
+
+
+def test_status_only_events_reuse_the_parsed_gang() -> None:
+    body = job("a")
+    body["metadata"]["generation"] = 1
+    first = job_record(body)
+    body["status"] = {"ready": 3, "succeeded": 1}
+    body["metadata"]["resourceVersion"] = "11"
+    second = job_record(body, first)
+    assert second.gang is first.gang
+    assert (second.ready, second.succeeded, second.resource_version) == (3, 1, "11")
+    # An annotation (or spec) change is read again.
+    body["metadata"]["annotations"]["muster.dev/min-members"] = "2"
+    third = job_record(body, second)
+    assert third.gang is not second.gang and third.gang.min == 2
+    body["metadata"]["generation"] = 2
+    body["spec"]["parallelism"] = 8
+    body["spec"]["completions"] = 8
+    fourth = job_record(body, third)
+    assert fourth.gang.size == 8
