@@ -1,14 +1,17 @@
-"""`muster sim`: replay a trace in the in-process simulator and write a report.
+"""`muster sim`: replay a trace in the in-process simulator (or on kwok) and write a report.
 
 With no TRACE it replays the shipped blog-burst trace, once without gang admission (a pod-level
 scheduler, the baseline) and once with muster's planner, and writes both into one report.
+`--engine kwok` replays it on a real local control plane instead (simulator/kwok_engine.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +25,9 @@ examples:
   muster sim two-queues --admission muster     # another shipped trace, muster only
   muster sim my-trace.yaml --seed 7 --out out/mine
   muster sim cluster.yaml --jobs-csv jobs.csv  # cluster and queues from a trace, jobs from CSV
+  muster sim --engine kwok                     # the blog burst on a real control plane, 25x
+  muster sim two-queues --engine kwok --admission muster --time-scale 50
+  muster sim --engine kwok --kubeconfig ~/.cache/muster/clusters/muster/kubeconfig
 
 Trace format, CSV columns and every output: docs/simulator.md
 """
@@ -73,6 +79,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="stop at this simulated time; unfinished gangs are reported stuck",
     )
+    parser.add_argument(
+        "--engine",
+        choices=("in-process", "kwok"),
+        default="in-process",
+        help="in-process = discrete-event model (default); kwok = real control plane with kwok "
+        "nodes, muster's webhook and controller (see the kwok options below)",
+    )
+    kwok = parser.add_argument_group(
+        "kwok engine", "options of --engine kwok (docs/simulator.md, section 'The kwok engine')"
+    )
+    kwok.add_argument(
+        "--time-scale",
+        type=float,
+        default=25.0,
+        metavar="X",
+        help="trace seconds per wall second; runtimes, clog timeouts and backoffs are "
+        "compressed alike (default 25: 100 s of trace time take 4 s)",
+    )
+    kwok.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="replay on this running control plane (one from `muster cluster up`); default: "
+        "bring one up with the trace's nodes and take it down afterwards",
+    )
+    kwok.add_argument(
+        "--cluster-name",
+        default="muster-sim",
+        help="name of the control plane to bring up (default muster-sim)",
+    )
+    kwok.add_argument(
+        "--external-muster",
+        action="store_true",
+        help="muster already runs against --kubeconfig: replay through it instead of "
+        "starting `muster run --local` (existing queues of the trace's names are used as is)",
+    )
+    kwok.add_argument(
+        "--keep-cluster",
+        action="store_true",
+        help="leave the control plane it brought up running (inspect with kubectl)",
+    )
+    kwok.add_argument(
+        "--stall",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="wall seconds without any change, with nothing running or backing off, after "
+        "which unfinished gangs are reported stuck (default 5)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
     if not _policy_known(args.policy):
         return 2
     engines: list[Admission] = ["none", "muster"] if args.admission == "both" else [args.admission]
+    if args.engine == "kwok":
+        return _run_kwok(trace, engines, args)
     out_dir: Path = args.out or Path("out") / f"sim-{trace.name}"
     results: list[EngineResult] = []
     show_progress = not args.quiet and sys.stderr.isatty()
@@ -112,6 +168,110 @@ def run(args: argparse.Namespace) -> int:
         else:
             results.append(simulate(trace, config))
     return _finish(trace, results, out_dir, args)
+
+
+def _run_kwok(trace: Trace, engines: list[Admission], args: argparse.Namespace) -> int:
+    """Replay on a real control plane with kwok nodes, then write the same report."""
+    from simulator.kwok_engine import KwokError, KwokSettings, replay
+
+    if args.lookahead != 1000 or args.admit_interval != 0:
+        print(
+            "muster sim: --lookahead and --admit-interval are in-process options; on kwok the "
+            "controller decides its own cycles",
+            file=sys.stderr,
+        )
+        return 2
+    if args.time_scale <= 0 or args.stall <= 0:
+        print("muster sim: --time-scale and --stall must be positive", file=sys.stderr)
+        return 2
+    if args.kubeconfig is not None and not args.kubeconfig.expanduser().is_file():
+        print(f"muster sim: --kubeconfig {args.kubeconfig} does not exist", file=sys.stderr)
+        return 2
+    if args.external_muster and args.kubeconfig is None:
+        print(
+            "muster sim: --external-muster needs --kubeconfig of the cluster it runs against",
+            file=sys.stderr,
+        )
+        return 2
+    out_dir: Path = args.out or Path("out") / f"sim-{trace.name}-kwok"
+    settings = KwokSettings(
+        time_scale=args.time_scale,
+        kubeconfig=args.kubeconfig.expanduser() if args.kubeconfig else None,
+        cluster_name=args.cluster_name,
+        external_muster=args.external_muster,
+        keep_cluster=args.keep_cluster,
+        policy=args.policy,
+        seed=args.seed,
+        horizon=args.horizon,
+        stall=args.stall,
+        out_dir=out_dir,
+    )
+    show_progress = not args.quiet and sys.stderr.isatty()
+    figures: dict[str, dict[str, Any]] = {}
+    try:
+        results = replay(
+            trace,
+            engines,
+            settings,
+            log=(lambda _m: None) if args.quiet else _stderr,
+            progress=_kwok_progress if show_progress else None,
+            figures=figures,
+        )
+    except KwokError as exc:
+        print(f"muster sim: {exc}", file=sys.stderr)
+        return 1
+    code = _finish(trace, results, out_dir, args)
+    if code == 0:
+        _add_engine_section(out_dir, settings, figures)
+    return code
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _add_engine_section(out_dir: Path, settings: Any, figures: dict[str, dict[str, Any]]) -> None:
+    """summary.json gets an `engine` key: which engine, its time scale and replay figures."""
+    import json
+
+    path = out_dir / "summary.json"
+    document = json.loads(path.read_text(encoding="utf-8"))
+    document["engine"] = {
+        "name": "kwok",
+        "time_scale": settings.time_scale,
+        "cluster": str(settings.kubeconfig) if settings.kubeconfig else settings.cluster_name,
+        **figures,
+    }
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def _kwok_progress(admission: str) -> Iterator[Callable[[Any], None]]:
+    """A rich progress bar for one kwok replay: gangs done, trace time, running gangs, pods."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn(f"[bold]kwok {admission}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} gangs"),
+        TextColumn("trace t={task.fields[sim]}"),
+        TextColumn("{task.fields[running]} running, {task.fields[pods]} pods bound"),
+        TimeElapsedColumn(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(admission, total=None, sim="0s", running=0, pods=0)
+
+        def update(p: Any) -> None:
+            bar.update(
+                task,
+                total=p.total,
+                completed=p.done,
+                sim=f"{p.trace_time:,.0f}s",
+                running=p.running,
+                pods=p.pods_bound,
+            )
+
+        yield update
 
 
 def _policy_known(name: str) -> bool:

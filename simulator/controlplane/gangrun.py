@@ -16,6 +16,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +26,9 @@ from policies.durations import DurationError, parse_duration
 from policies.vocabulary import COMPLETE_AT, GANG, GANG_RUNTIME, MIN_MEMBERS
 
 JOB_NAME = "batch.kubernetes.io/job-name"
+
+RunStarted = Callable[[tuple[str, str], float, float], None]
+"""on_start((namespace, gang), started at, completes at): a gang run began (epoch seconds)."""
 
 
 def rfc3339(seconds: float) -> str:
@@ -34,10 +39,31 @@ def rfc3339(seconds: float) -> str:
 class GangRunner:
     """Polls gang pods and starts each gang's runtime once its minimum members run."""
 
-    def __init__(self, client: KubeClient, namespace: str | None = None, interval: float = 0.3):
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str | None = None,
+        interval: float = 0.3,
+        *,
+        selector: str = "",
+        live_only: bool = False,
+        on_start: RunStarted | None = None,
+        patch_workers: int = 1,
+    ):
         self.client = client
         self.path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
         self.interval = interval
+        # Extra label selector terms (the kwok engine keeps to its own run's pods) and, with
+        # live_only, no finished pods in the LIST: they hold nothing and only make it longer.
+        self.params = {"labelSelector": f"{GANG},{selector}" if selector else GANG}
+        if live_only:
+            self.params["fieldSelector"] = "status.phase!=Succeeded,status.phase!=Failed"
+        self.on_start = on_start
+        # Pods patched with their completion time, and (patch_workers > 1) a pool to patch a
+        # burst of started gangs in parallel rather than one PATCH after another.
+        self._stamped: set[str] = set()
+        self._patches: list[tuple[str, str, str]] = []
+        self._pool = ThreadPoolExecutor(patch_workers) if patch_workers > 1 else None
         self.errors: list[str] = []
         self.started: dict[tuple[str, str], float] = {}  # gang -> its run's completion time
         self.runs = 0  # gang runs started (a gang evicted and re-admitted runs again)
@@ -51,7 +77,10 @@ class GangRunner:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
     def __enter__(self) -> GangRunner:
         return self.start()
@@ -60,7 +89,11 @@ class GangRunner:
         self.stop()
 
     def run_once(self, now: float | None = None) -> None:
-        pods = self.client.get(self.path, {"labelSelector": GANG})["items"]
+        self.observe(self.client.get(self.path, self.params)["items"], now)
+
+    def observe(self, pods: list[dict[str, Any]], now: float | None = None) -> None:
+        """Advance every gang given its pods as seen now (from a LIST, or a watch cache)."""
+        self._patches = []
         gangs: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
         for pod in pods:
             meta = pod["metadata"]
@@ -70,6 +103,22 @@ class GangRunner:
             del self.started[key]
         for key, members in gangs.items():
             self._advance(key, members, time.time() if now is None else now)
+        patches, self._patches = self._patches, []
+        if self._pool is not None and len(patches) > 1:
+            list(self._pool.map(self._patch, patches))
+        else:
+            for patch in patches:
+                self._patch(patch)
+
+    def _patch(self, patch: tuple[str, str, str]) -> None:
+        uid, path, stamp = patch
+        try:
+            self.client.patch(path, {"metadata": {"annotations": {COMPLETE_AT: stamp}}})
+        except ApiError as exc:
+            if exc.status != 404:
+                self.errors.append(exc.message)
+            return
+        self._stamped.add(uid)
 
     def _advance(self, key: tuple[str, str], members: list[dict[str, Any]], now: float) -> None:
         live = [
@@ -95,19 +144,17 @@ class GangRunner:
                 return
             at = self.started[key] = now + runtime
             self.runs += 1
+            if self.on_start is not None:
+                self.on_start(key, now, at)
         stamp = rfc3339(at)
         for pod in running:
             meta = pod["metadata"]
-            if COMPLETE_AT in (meta.get("annotations") or {}):
+            uid = meta.get("uid") or f"{meta['namespace']}/{meta['name']}"
+            if COMPLETE_AT in (meta.get("annotations") or {}) or uid in self._stamped:
+                # Stamped already (a watch cache may not show our own patch yet).
                 continue
-            try:
-                self.client.patch(
-                    f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
-                    {"metadata": {"annotations": {COMPLETE_AT: stamp}}},
-                )
-            except ApiError as exc:
-                if exc.status != 404:
-                    self.errors.append(exc.message)
+            path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+            self._patches.append((uid, path, stamp))
 
     def _min_members(self, pod: dict[str, Any]) -> int | None:
         meta = pod["metadata"]

@@ -144,22 +144,31 @@ class MiniClusterReconciler:
 
     def reconcile_once(self) -> None:
         for mc in self.client.get(self.path)["items"]:
-            key = (mc["metadata"]["namespace"], mc["metadata"]["name"])
-            if key in self.created or mc["metadata"].get("deletionTimestamp"):
-                # Like the operator: nothing new for an object that is going away.
-                continue
-            try:
-                self.client.create(f"/apis/batch/v1/namespaces/{key[0]}/jobs", job_for(mc))
-            except ApiError as exc:
-                if exc.status == 403 and "being terminated" in exc.message:
-                    # The namespace is going away with the MiniCluster in it: nothing to make.
-                    self.created.add(key)
-                    continue
-                if exc.status != 409:
-                    # The webhook may refuse the Job; the operator would retry, so do we.
-                    self.errors.append(exc.message)
-                    continue
-            self.created.add(key)
+            self.reconcile(mc)
+
+    def reconcile(self, mc: dict[str, Any]) -> bool:
+        """Create one MiniCluster's Job unless it exists; True once it does (or never will).
+
+        The kwok engine calls this with the body a create returned, as the operator reacts to
+        a watch event at once; the polling loop then only catches what that missed.
+        """
+        key = (mc["metadata"]["namespace"], mc["metadata"]["name"])
+        if key in self.created or mc["metadata"].get("deletionTimestamp"):
+            # Like the operator: nothing new for an object that is going away.
+            return True
+        try:
+            self.client.create(f"/apis/batch/v1/namespaces/{key[0]}/jobs", job_for(mc))
+        except ApiError as exc:
+            if exc.status == 403 and "being terminated" in exc.message:
+                # The namespace is going away with the MiniCluster in it: nothing to make.
+                self.created.add(key)
+                return True
+            if exc.status != 409:
+                # The webhook may refuse the Job; the operator would retry, so do we.
+                self.errors.append(exc.message)
+                return False
+        self.created.add(key)
+        return True
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

@@ -1,0 +1,837 @@
+"""The kwok engine: replays a trace on a real local control plane with kwok nodes.
+
+Where the in-process engine models the cluster, this one drives it: etcd, kube-apiserver,
+kube-controller-manager (the Job controller), kube-scheduler and kwok, with muster's real
+webhook and controller (`muster run --local`, a subprocess) in front. For one `replay`:
+
+1. a control plane: the one `--kubeconfig` names, or a `LocalCluster` brought up for the
+   replay (and taken down after it);
+2. the trace's node groups as kwok nodes (allocatable, labels, taints as the trace says), the
+   Queue CRD and the stand-in MiniCluster CRD, the trace's queues as Queue objects (durations
+   compressed by the time scale), and muster (unless one is running already: `external_muster`);
+3. per admission (`none`, then `muster`): fresh namespaces; the MiniCluster reconciler and the
+   gang runner (a gang's pods work only once its minimum members run, so a node-blind or absent
+   gang admission clogs for real); submitters that create each gang's Job or MiniCluster at
+   its trace time ÷ time scale (with `none` without the `muster.dev/queue` label, so the
+   default scheduler alone places pods); a loop that LISTs the replay's Jobs and live Pods and
+   records what it sees (`simulator.kwok_timeline`), until every gang finished, nothing can
+   change any more (then the rest is stuck), or the horizon;
+4. everything it started is stopped and everything it created is deleted, also on Ctrl-C.
+
+The result of each admission is an `EngineResult` like the in-process engine's, in trace time,
+so `simulator.report` writes the same outputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from admission.kubeapi import ApiError, KubeClient, KubeconfigError
+from simulator.controlplane.build import Binaries
+from simulator.controlplane.cluster import ClusterError, LocalCluster, wait_nodes_ready
+from simulator.controlplane.gangrun import GangRunner
+from simulator.controlplane.minicluster import MiniClusterReconciler, apply_crd, install_crd
+from simulator.engine import Admission, EngineResult
+from simulator.kwok_objects import (
+    QUEUES_PATH,
+    SIM_RUN,
+    GangObject,
+    gang_object,
+    namespace_body,
+    node_bodies,
+    queue_body,
+)
+from simulator.kwok_timeline import Timeline
+from simulator.kwok_watch import WatchCache
+from simulator.trace import SubmittedGang, Trace, expand
+
+REPO: Final = Path(__file__).resolve().parents[1]
+QUEUE_CRD: Final = REPO / "manifests" / "crd" / "queues.muster.dev.yaml"
+WEBHOOK_CONFIG: Final = (
+    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/muster.dev"
+)
+MAX_NODES: Final = 5000
+"""kwok nodes one local control plane takes on a small machine (heartbeats of 5000 fake nodes
+already keep a core busy); a larger trace is refused rather than replayed badly."""
+MIN_WALL_RUNTIME: Final = 1.0
+"""Wall seconds below which a compressed runtime is mostly control-plane latency (warned)."""
+LIVE_PODS: Final = "status.phase!=Succeeded,status.phase!=Failed"
+
+Log = Callable[[str], None]
+
+
+class KwokError(RuntimeError):
+    """The kwok engine cannot run or lost its footing; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class KwokSettings:
+    """How to run the kwok engine (the `muster sim --engine kwok` options)."""
+
+    time_scale: float = 25.0
+    """Trace seconds per wall second: 25 replays 100 s of trace time in 4 s."""
+    kubeconfig: Path | None = None
+    """Use this control plane; None = bring one up (`cluster_name`) and take it down after."""
+    cluster_name: str = "muster-sim"
+    external_muster: bool = False
+    """muster (webhook + controller) already runs against the cluster: do not start one; trace
+    queues that already exist are used as they are."""
+    keep_cluster: bool = False
+    """Leave a cluster this engine brought up running (for inspection)."""
+    policy: str = "drf"
+    seed: int = 0
+    horizon: float | None = None
+    """Trace seconds after which unfinished gangs are stuck; None = the trace's."""
+    stall: float = 5.0
+    """Wall seconds without any change (and nothing running or backing off) after which the
+    unfinished gangs are reported stuck."""
+    poll: float = 0.1
+    """Wall seconds between two looks at the watch caches (longer when a look takes long)."""
+    submitters: int = 8
+    """Parallel submitters (as the blog's parallel workers)."""
+    out_dir: Path | None = None
+    """Where muster's log goes (muster-run.log)."""
+    muster_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the progress display shows, in trace time."""
+
+    admission: Admission
+    trace_time: float
+    done: int
+    total: int
+    running: int
+    pods_bound: int
+    looks: int
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+@dataclass
+class _Muster:
+    proc: subprocess.Popen[str]
+    log_path: Path
+    status_url: str | None = None
+    metrics_url: str | None = None
+    lines: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_trace(trace: Trace, settings: KwokSettings, log: Log) -> None:
+    """Refuse what the kwok engine cannot replay faithfully; warn about what it distorts."""
+    if not settings.time_scale > 0:
+        raise KwokError(f"--time-scale must be positive, got {settings.time_scale}")
+    if trace.node_count > MAX_NODES:
+        raise KwokError(
+            f"trace {trace.name!r} has {trace.node_count} nodes; the kwok engine takes at most "
+            f"{MAX_NODES} on one local control plane: use the in-process engine or a smaller "
+            "cluster (muster sweep resizes node groups)"
+        )
+    if settings.stall <= 0 or settings.poll <= 0 or settings.submitters < 1:
+        raise KwokError("--stall and the poll interval must be positive, submitters at least 1")
+    for group in trace.jobs:
+        wall = group.runtime / settings.time_scale
+        if wall < MIN_WALL_RUNTIME:
+            log(
+                f"warning: jobs {group.name}: runtime {group.runtime:g}s is {wall:.2f}s of wall "
+                f"time at --time-scale {settings.time_scale:g}; control-plane latency (about "
+                "0.5-1 s per gang) will weigh on it: a smaller --time-scale is more faithful"
+            )
+    if any(g.priority for g in trace.jobs):
+        log("warning: job priorities are not replayed on kwok (muster reads no Job priority)")
+    if any(g.elastic_after for g in trace.jobs):
+        log("warning: elasticAfter is not replayed on kwok (muster's Job adapter has no field)")
+
+
+def missing_binaries() -> list[Path]:
+    return Binaries.at().missing()
+
+
+# --------------------------------------------------------------------------- the session
+
+
+class KwokSession:
+    """The control plane, nodes, CRDs, queues and muster of one kwok replay; a context manager
+    that stops and deletes everything it started or created, in reverse order."""
+
+    def __init__(self, trace: Trace, settings: KwokSettings, log: Log) -> None:
+        self.trace = trace
+        self.settings = settings
+        self.log = log
+        self.run = f"sim-{secrets.token_hex(3)}"
+        self.cluster: LocalCluster | None = None
+        self.kubeconfig: Path | None = settings.kubeconfig
+        self.client: KubeClient | None = None
+        self.node_prefix = ""
+        self.nodes_created = False
+        self.queues_created: list[str] = []
+        self.muster: _Muster | None = None
+        self.figures: dict[str, dict[str, Any]] = {}
+        """Per admission: figures of the replay itself (looks, submission lag, wall time)."""
+        self._cleanups: list[tuple[str, Callable[[], None]]] = []
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def __enter__(self) -> KwokSession:
+        try:
+            self._connect()
+            self._prepare()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Undo everything, newest first; a second Ctrl-C does not cut this short."""
+        if not self._cleanups and self.client is None:
+            return
+        restore = _ignore_sigint()
+        try:
+            while self._cleanups:
+                what, undo = self._cleanups.pop()
+                try:
+                    undo()
+                except Exception as exc:  # keep cleaning up the rest
+                    self.log(f"warning: cleanup: {what} failed: {exc}")
+            if self.client is not None:
+                self.client.close()
+                self.client = None
+        finally:
+            restore()
+
+    def _connect(self) -> None:
+        settings = self.settings
+        if settings.kubeconfig is None:
+            missing = missing_binaries()
+            if missing:
+                raise KwokError(
+                    "the local control-plane binaries are not built (missing "
+                    f"{', '.join(p.name for p in missing)}): run `muster cluster build` once "
+                    "(about 20 min), or pass --kubeconfig of a running cluster"
+                )
+            cluster = LocalCluster(name=settings.cluster_name, log=self.log)
+            if cluster.is_healthy():
+                raise KwokError(
+                    f"a cluster named {settings.cluster_name!r} is already running: pass "
+                    f"--kubeconfig {cluster.kubeconfig} to use it, or another --cluster-name"
+                )
+            self.log(f"kwok engine: bringing up local control plane {settings.cluster_name!r}")
+            self._cleanups.append(("cluster down", self._cluster_down))
+            self.cluster = cluster
+            try:
+                cluster.up(nodes=0)
+            except ClusterError as exc:
+                raise KwokError(f"cannot bring up the local control plane: {exc}") from None
+            self.kubeconfig = cluster.kubeconfig
+        else:
+            self.node_prefix = f"{self.run}-"
+        assert self.kubeconfig is not None
+        try:
+            self.client = KubeClient.from_kubeconfig(self.kubeconfig)
+            status, _ = self.client.raw_get("/readyz")
+        except (KubeconfigError, OSError) as exc:
+            raise KwokError(f"cannot reach the cluster of {self.kubeconfig}: {exc}") from None
+        if status != 200:
+            raise KwokError(f"the apiserver of {self.kubeconfig} is not ready (/readyz {status})")
+
+    def _cluster_down(self) -> None:
+        if self.cluster is None:
+            return
+        if self.settings.keep_cluster:
+            self.log(
+                f"kwok engine: leaving cluster {self.cluster.name!r} running "
+                f"(muster cluster down --name {self.cluster.name})"
+            )
+            return
+        self.cluster.down(quiet=True)
+        self.log(f"kwok engine: local control plane {self.cluster.name!r} stopped")
+
+    def _prepare(self) -> None:
+        client = self._api()
+        try:
+            queue_crd = yaml.safe_load(QUEUE_CRD.read_text())
+        except OSError as exc:
+            raise KwokError(f"cannot read the Queue CRD {QUEUE_CRD}: {exc.strerror}") from None
+        apply_crd(client, queue_crd)
+        install_crd(client)
+        self._create_nodes()
+
+    # -- nodes ----------------------------------------------------------------------
+
+    def _create_nodes(self) -> None:
+        client = self._api()
+        plans = node_bodies(self.trace, self.run, prefix=self.node_prefix)
+        self.log(f"kwok engine: creating {len(plans)} kwok nodes")
+        self._cleanups.append(("delete nodes", self._delete_nodes))
+        self.nodes_created = True
+        errors: list[str] = []
+
+        def create(body: dict[str, Any]) -> None:
+            try:
+                client.create("/api/v1/nodes", body)
+            except ApiError as exc:
+                errors.append(f"node {body['metadata']['name']}: {exc.message}")
+
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            list(pool.map(create, [p.body for p in plans]))
+        if errors:
+            raise KwokError(f"cannot create kwok nodes: {errors[0]}")
+        try:
+            wait_nodes_ready(client, len(plans), f"{SIM_RUN}={self.run}", 300)
+        except ClusterError as exc:
+            raise KwokError(
+                f"{exc} (is kwok running with muster's stages? a cluster from `muster cluster "
+                "up` has it)"
+            ) from None
+
+    def _delete_nodes(self) -> None:
+        if self.cluster is not None and not self.settings.keep_cluster:
+            return  # the whole control plane goes
+        client = self._api()
+        client.request("DELETE", "/api/v1/nodes", params={"labelSelector": f"{SIM_RUN}={self.run}"})
+
+    # -- queues ---------------------------------------------------------------------
+
+    def ensure_queues(self) -> None:
+        client = self._api()
+        if not self.queues_created:
+            self._cleanups.append(("delete queues", self._delete_queues))
+        for spec in self.trace.queues:
+            body = queue_body(spec, self.settings.time_scale, self.run)
+            try:
+                client.create(QUEUES_PATH, body)
+            except ApiError as exc:
+                if exc.status == 409 and self.settings.external_muster:
+                    self.log(f"kwok engine: queue {spec.name!r} exists; using it as it is")
+                    continue
+                if exc.status == 409:
+                    raise KwokError(
+                        f"queue {spec.name!r} already exists in this cluster: delete it "
+                        f"(kubectl delete queue {spec.name}), or pass --external-muster to "
+                        "use the running muster and its queues"
+                    ) from None
+                raise KwokError(f"cannot create queue {spec.name!r}: {exc.message}") from None
+            self.queues_created.append(spec.name)
+
+    def _delete_queues(self) -> None:
+        client = self._api()
+        for name in self.queues_created:
+            with contextlib.suppress(ApiError):
+                client.delete(f"{QUEUES_PATH}/{name}")
+        self.queues_created = []
+
+    # -- muster ---------------------------------------------------------------------
+
+    def ensure_muster(self) -> None:
+        """Start `muster run --local` (webhook + controller) unless it runs already."""
+        if self.muster is not None or self.settings.external_muster:
+            return
+        client = self._api()
+        try:
+            client.get(WEBHOOK_CONFIG)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        else:
+            raise KwokError(
+                "a muster webhook is already registered on this cluster (another `muster run`?): "
+                "stop it, or pass --external-muster to replay through it"
+            )
+        out = self.settings.out_dir or Path(".")
+        out.mkdir(parents=True, exist_ok=True)
+        log_path = out / "muster-run.log"
+        argv = [
+            sys.executable,
+            "-m",
+            "muster.cli",
+            "run",
+            "--local",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--status-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--no-admit-events",
+            "--policy",
+            self.settings.policy,
+            *self.settings.muster_args,
+        ]
+        self.log("kwok engine: starting muster (webhook + controller)")
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            # Its own session: Ctrl-C reaches only us, and we stop it in order.
+            start_new_session=True,
+        )
+        muster = _Muster(proc, log_path)
+        self.muster = muster
+        self._cleanups.append(("stop muster", self._stop_muster))
+        ready = {"webhook": threading.Event(), "controller": threading.Event()}
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            with log_path.open("w", encoding="utf-8") as handle:
+                for line in proc.stdout:
+                    handle.write(line)
+                    handle.flush()
+                    muster.lines.append(line)
+                    del muster.lines[:-200]
+                    if "webhook ready" in line:
+                        ready["webhook"].set()
+                    if "controller ready" in line:
+                        fields = dict(p.split("=", 1) for p in line.split() if "=" in p)
+                        muster.status_url = f"http://{fields.get('status')}"
+                        muster.metrics_url = f"http://{fields.get('metrics')}"
+                        ready["controller"].set()
+
+        threading.Thread(target=pump, name="muster-log", daemon=True).start()
+        deadline = time.monotonic() + 120
+        while not all(e.is_set() for e in ready.values()):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = "".join(muster.lines[-15:])
+                raise KwokError(
+                    "muster run --local did not become ready "
+                    f"({'exited ' + str(proc.returncode) if proc.poll() is not None else 'timeout'}"
+                    f"); its log {log_path}:\n{tail}"
+                )
+            time.sleep(0.1)
+
+    def _stop_muster(self) -> None:
+        muster = self.muster
+        if muster is None:
+            return
+        proc = muster.proc
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                # Killed before its cleanup: its webhook configuration would refuse every
+                # labelled create on this cluster from now on.
+                with contextlib.suppress(ApiError, OSError):
+                    self._api().delete(WEBHOOK_CONFIG)
+        self.muster = None
+
+    def muster_alive(self) -> None:
+        muster = self.muster
+        if muster is not None and muster.proc.poll() is not None:
+            tail = "".join(muster.lines[-15:])
+            raise KwokError(
+                f"muster run --local exited ({muster.proc.returncode}) during the replay; its log "
+                f"{muster.log_path}:\n{tail}"
+            )
+
+    def plan_figures(self) -> tuple[int, float]:
+        """(admit cycles, seconds in them) from muster's metrics, when we run it."""
+        muster = self.muster
+        if muster is None or muster.metrics_url is None:
+            return 0, 0.0
+        try:
+            with urllib.request.urlopen(f"{muster.metrics_url}/metrics", timeout=5) as response:
+                text = response.read().decode()
+        except (OSError, urllib.error.URLError):
+            return 0, 0.0
+        count, total = 0, 0.0
+        for line in text.splitlines():
+            if line.startswith("muster_plan_cycle_duration_seconds_count"):
+                count = int(float(line.rsplit(" ", 1)[1]))
+            elif line.startswith("muster_plan_cycle_duration_seconds_sum"):
+                total = float(line.rsplit(" ", 1)[1])
+        return count, total
+
+    def gang_reason(self, namespace: str, name: str) -> str | None:
+        """Why muster does not admit a gang, from its status service ("rejected: ..." when the
+        planner can never admit it)."""
+        muster = self.muster
+        if muster is None or muster.status_url is None:
+            return None
+        url = f"{muster.status_url}/v1/gangs/{namespace}/{name}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                body = json.load(response)
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
+        reason = body.get("reason") or {}
+        if not reason:
+            return None
+        text = f"{reason.get('code')}: {reason.get('message')}"
+        return f"rejected: {text}" if body.get("rejected") else text
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds used so far by this process, muster and each control-plane component
+        (those we started), for figures measured on a shared machine."""
+        out = {"engine": time.process_time()}
+        if self.muster is not None:
+            out["muster"] = _process_cpu(self.muster.proc.pid)
+        if self.cluster is not None:
+            for record in self.cluster.records():
+                out[record.component] = _process_cpu(record.pid)
+        return out
+
+    def _api(self) -> KubeClient:
+        if self.client is None:
+            raise KwokError("the kwok engine lost its cluster connection")
+        return self.client
+
+    # -- one replay -----------------------------------------------------------------
+
+    def replay(
+        self, admission: Admission, progress: ProgressFn | None = None, *, last: bool = False
+    ) -> EngineResult:
+        """Replay the whole trace once with one admission; return what was recorded.
+
+        Its namespaces are deleted afterwards (so the next replay finds every node free),
+        unless this is the `last` replay on a cluster that is about to be taken down anyway."""
+        if admission == "muster":
+            self.ensure_queues()
+            self.ensure_muster()
+        discard = last and self.cluster is not None and not self.settings.keep_cluster
+        return _Replay(self, admission, progress).run(clean_up=not discard)
+
+
+def _process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a live process (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _ignore_sigint() -> Callable[[], None]:
+    """Ignore Ctrl-C (main thread only) until the returned function restores it."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, previous)
+
+    return restore
+
+
+# --------------------------------------------------------------------------- one replay
+
+
+class _Replay:
+    def __init__(
+        self, session: KwokSession, admission: Admission, progress: ProgressFn | None
+    ) -> None:
+        self.session = session
+        self.admission = admission
+        self.progress = progress
+        settings = session.settings
+        self.settings = settings
+        trace = session.trace
+        self.trace = trace
+        self.client = session._api()
+        self.arrivals: list[SubmittedGang] = expand(trace, seed=settings.seed)
+        self.run_id = f"{session.run}-{admission}"
+        namespaces = sorted({a.gang.id.split("/", 1)[0] for a in self.arrivals})
+        self.namespaces = {ns: f"{self.run_id}-{ns}"[:63].rstrip("-") for ns in namespaces}
+        self.timeline = Timeline(
+            trace, self.arrivals, admission, settings.time_scale, self.namespaces, settings.seed
+        )
+        on_run_nodes = {SIM_RUN: session.run} if session.node_prefix else None
+        self.objects: list[GangObject] = [
+            gang_object(
+                arrival,
+                namespace=self.namespaces[arrival.gang.id.split("/", 1)[0]],
+                admission=admission,
+                scale=settings.time_scale,
+                run=self.run_id,
+                node_selector=on_run_nodes,
+            )
+            for arrival in self.arrivals
+        ]
+        self.errors: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.stop = threading.Event()
+        self.dispatched = threading.Event()
+        self.reconcilers: dict[str, MiniClusterReconciler] = {}
+        horizon = settings.horizon if settings.horizon is not None else trace.horizon
+        self.horizon = horizon if horizon is not None else trace.default_horizon()
+        self.looks = 0
+        self.look_seconds = 0.0
+        mine = f"{SIM_RUN}={self.run_id}"
+        credentials = self.client.credentials
+        self.pods = WatchCache(
+            KubeClient(credentials),
+            "/api/v1/pods",
+            {"labelSelector": mine, "fieldSelector": LIVE_PODS},
+            name="watch-pods",
+        )
+        self.jobs = WatchCache(
+            KubeClient(credentials),
+            "/apis/batch/v1/jobs",
+            {"labelSelector": mine},
+            name="watch-jobs",
+        )
+
+    def run(self, clean_up: bool = True) -> EngineResult:
+        began = time.perf_counter()
+        cpu_before = self.session.cpu_seconds()
+        client = self.client
+        timeline = self.timeline
+        for namespace in self.namespaces.values():
+            client.create("/api/v1/namespaces", namespace_body(namespace, self.run_id))
+        selector = f"{SIM_RUN}={self.run_id}"
+        runner_client = KubeClient(client.credentials)
+        runner = GangRunner(
+            runner_client,
+            None,
+            selector=selector,
+            live_only=True,
+            on_start=timeline.run_started,
+            patch_workers=8,
+        )
+        gang_runner = threading.Thread(target=self._run_gangs, args=(runner,), name="gang-runner")
+        pool = ThreadPoolExecutor(self.settings.submitters, thread_name_prefix="submit")
+        dispatcher = threading.Thread(target=self._dispatch, args=(pool,), name="dispatch")
+        try:
+            self.pods.start()
+            self.jobs.start()
+            if not (self.pods.wait_synced(60) and self.jobs.wait_synced(60)):
+                raise KwokError(
+                    "cannot list the replay's pods and jobs: "
+                    + "; ".join(self.pods.errors[-1:] + self.jobs.errors[-1:])
+                )
+            gang_runner.start()
+            if any(o.kind == "MiniCluster" for o in self.objects):
+                for namespace in self.namespaces.values():
+                    self.reconcilers[namespace] = MiniClusterReconciler(
+                        KubeClient(client.credentials), namespace, interval=2.0
+                    ).start()
+            # A short lead so the first submissions are not already late when the loop begins.
+            timeline.start(time.time() + 0.2)
+            dispatcher.start()
+            horizon_reached, end_wall = self._watch()
+        finally:
+            self.stop.set()
+            if dispatcher.is_alive():
+                dispatcher.join()
+            pool.shutdown(wait=True, cancel_futures=True)
+            if gang_runner.is_alive():
+                gang_runner.join()
+            runner.stop()
+            runner_client.close()
+            for reconciler in self.reconcilers.values():
+                reconciler.stop()
+                reconciler.client.close()
+            self.pods.stop()
+            self.jobs.stop()
+        reasons = self._stuck_reasons(horizon_reached)
+        plan_calls, plan_seconds = self.session.plan_figures()
+        problems = [
+            *runner.errors[:3],
+            *(e for r in self.reconcilers.values() for e in r.errors[:3]),
+            *self.pods.errors[:3],
+            *self.jobs.errors[:3],
+        ]
+        for problem in problems:
+            self.session.log(f"warning: {problem}")
+        result = timeline.result(
+            stuck_reasons=reasons,
+            horizon_reached=horizon_reached,
+            end_wall=end_wall,
+            wall_seconds=time.perf_counter() - began,
+            plan_calls=plan_calls,
+            plan_seconds=plan_seconds,
+        )
+        cpu_after = self.session.cpu_seconds()
+        if clean_up:
+            self._cleanup_namespaces()
+        lags = sorted(timeline.lags)
+        self.session.figures[self.admission] = {
+            "looks": self.looks,
+            "look_s_mean": round(self.look_seconds / self.looks, 4) if self.looks else None,
+            "submit_lag_p50_s": round(lags[len(lags) // 2], 3) if lags else None,
+            "submit_lag_max_s": round(lags[-1], 3) if lags else None,
+            "gang_runs": runner.runs,
+            "latency_wall_s": timeline.latency_figures(),
+            "replay_wall_s": round(result.wall_seconds, 3),
+            "cpu_s": {
+                name: round(cpu_after[name] - cpu_before.get(name, 0.0), 2) for name in cpu_after
+            },
+            "loadavg_1m_end": round(os.getloadavg()[0], 2),
+        }
+        return result
+
+    # -- submissions ----------------------------------------------------------------
+
+    def _dispatch(self, pool: ThreadPoolExecutor) -> None:
+        """Hand each gang to the submitters at its (compressed) trace time, in arrival order."""
+        timeline = self.timeline
+        try:
+            for index, arrival in enumerate(self.arrivals):
+                due = timeline.wall_time(arrival.gang.submitted.time)
+                delay = due - time.time()
+                if delay > 0 and self.stop.wait(delay):
+                    return
+                if self.stop.is_set():
+                    return
+                pool.submit(self._submit, index)
+        finally:
+            self.dispatched.set()
+
+    def _submit(self, index: int) -> None:
+        if self.stop.is_set():
+            return
+        obj = self.objects[index]
+        sent = time.time()
+        try:
+            body = self.client.create(obj.path, obj.body)
+        except (ApiError, OSError) as exc:
+            message = exc.message if isinstance(exc, ApiError) else str(exc)
+            self.errors.put(f"cannot create {obj.kind} {obj.namespace}/{obj.job_name}: {message}")
+            return
+        self.timeline.submitted(index, sent)
+        if obj.kind == "MiniCluster":
+            # The operator reacts to the create at once; the reconciler's loop catches misses.
+            self.reconcilers[obj.namespace].reconcile(body)
+
+    # -- watching -------------------------------------------------------------------
+
+    def _run_gangs(self, runner: GangRunner) -> None:
+        """The gang runner, fed from the pod watch (no LIST of its own), every 50 ms."""
+        while not self.stop.wait(0.05):
+            try:
+                runner.observe(self.pods.snapshot())
+            except (ApiError, OSError) as exc:
+                runner.errors.append(str(exc))
+
+    def _watch(self) -> tuple[bool, float]:
+        """Look until done, stalled or past the horizon; (horizon reached, wall end)."""
+        timeline = self.timeline
+        settings = self.settings
+        horizon_wall = timeline.wall_time(self.horizon)
+        last_change = time.time()
+        while True:
+            began = time.time()
+            jobs, pods = self.jobs.snapshot(), self.pods.snapshot()
+            now = time.time()
+            self.looks += 1
+            self.look_seconds += now - began
+            if timeline.observe(now, jobs, pods):
+                last_change = now
+            if not self.errors.empty():
+                raise KwokError(self.errors.get())
+            self.session.muster_alive()
+            if self.progress is not None:
+                done, running, bound = timeline.counts()
+                self.progress(
+                    Progress(
+                        self.admission,
+                        max(timeline.trace_time(now), timeline.origin),
+                        done,
+                        len(timeline.gangs),
+                        running,
+                        bound,
+                        self.looks,
+                    )
+                )
+            if timeline.finished():
+                return False, now
+            if now >= horizon_wall:
+                return True, now
+            if (
+                self.dispatched.is_set()
+                and now - last_change >= settings.stall
+                and timeline.quiet(now)
+            ):
+                return False, now
+            cost = time.time() - began
+            time.sleep(max(settings.poll - cost, cost))
+
+    def _stuck_reasons(self, horizon_reached: bool) -> dict[int, str]:
+        reasons: dict[int, str] = {}
+        if self.admission != "muster":
+            return reasons
+        for record in self.timeline.pending():
+            namespace, name = record.gang.id.split("/", 1)
+            reason = self.session.gang_reason(self.namespaces[namespace], name)
+            if reason is not None:
+                when = "at the horizon" if horizon_reached else "with nothing left to change"
+                reasons[record.index] = (
+                    reason if reason.startswith("rejected:") else f"{reason} ({when})"
+                )
+        return reasons
+
+    def _cleanup_namespaces(self) -> None:
+        """Delete the replay's namespaces and wait until its pods are gone (their nodes free)."""
+        client = self.client
+        for namespace in self.namespaces.values():
+            with contextlib.suppress(ApiError):
+                client.delete(f"/api/v1/namespaces/{namespace}")
+        deadline = time.monotonic() + 180
+        selector = {"labelSelector": f"{SIM_RUN}={self.run_id}"}
+        while time.monotonic() < deadline:
+            if not client.get("/api/v1/pods", {**selector, "limit": "1"})["items"]:
+                return
+            time.sleep(0.5)
+        self.session.log(f"warning: pods of {self.run_id} still present after 180 s")
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def replay(
+    trace: Trace,
+    admissions: Sequence[Admission],
+    settings: KwokSettings,
+    *,
+    log: Log = lambda message: print(message, file=sys.stderr, flush=True),
+    progress: Callable[[Admission], contextlib.AbstractContextManager[ProgressFn | None]]
+    | None = None,
+    figures: dict[str, dict[str, Any]] | None = None,
+) -> list[EngineResult]:
+    """Replay the trace on kwok once per admission (in the order given); tear down after.
+
+    `figures`, if given, receives per admission the replay's own figures (looks at the cluster,
+    submission lag, gang runs, wall time)."""
+    check_trace(trace, settings, log)
+    results: list[EngineResult] = []
+    with KwokSession(trace, settings, log) as session:
+        for i, admission in enumerate(admissions):
+            with progress(admission) if progress else _no_progress() as show:
+                last = i == len(admissions) - 1
+                results.append(session.replay(admission, show, last=last))
+            if figures is not None:
+                figures.update(session.figures)
+    return results
+
+
+@contextlib.contextmanager
+def _no_progress() -> Iterator[ProgressFn | None]:
+    yield None

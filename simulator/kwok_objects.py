@@ -1,0 +1,319 @@
+"""The Kubernetes objects a trace becomes on kwok: Nodes, Queues, Namespaces, Jobs, MiniClusters.
+
+Pure functions from the trace model to API bodies (plain dicts); nothing here talks to the API.
+The kwok engine (`simulator.kwok_engine`) creates them. Times are compressed by the time scale:
+a trace duration of `d` seconds is written as `d / scale` wall seconds (runtimes, clog timeouts,
+backoffs), so `scale` 25 replays 100 s of trace time in 4 s.
+
+What the objects carry so the cluster behaves as the trace says:
+
+- gang pods are labelled `muster.dev/gang` (the webhook would add it too; without admission
+  nobody would) and annotated `muster.dev/gang-runtime`, so the gang runner
+  (`simulator.controlplane.gangrun`) starts the gang's runtime only once its minimum members run;
+- the gang minimum is on the Job (`muster.dev/min-members`) or in the MiniCluster's `jobLabels`,
+  where the gang runner reads it with or without the webhook;
+- `onePodPerNode` is a required pod anti-affinity on the gang label per hostname, which is how
+  muster's gang adapter (`admission.gangs`) recognises it;
+- every pod tolerates the kwok fake-node taint; on a shared cluster pods also select the run's
+  nodes (`muster.dev/sim-run`), so nothing of the replay lands elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from policies import Resources, Toleration
+from policies.vocabulary import GANG, GANG_RUNTIME, MIN_MEMBERS, QUEUE
+from simulator.controlplane.cluster import FAKE_NODE_ANNOTATION, FAKE_NODE_TAINT
+from simulator.trace import QueueSpec, SubmittedGang, Trace
+
+SIM_RUN: Final = "muster.dev/sim-run"
+"""Label on every object of one kwok replay (nodes, namespaces, Jobs, MiniClusters, pods)."""
+SIM_NODE_GROUP: Final = "muster.dev/sim-node-group"
+"""Node label: the trace's node group the node belongs to."""
+HOSTNAME: Final = "kubernetes.io/hostname"
+STANDARD_RESOURCES: Final = frozenset({"cpu", "memory", "ephemeral-storage"})
+DEFAULT_PODS: Final = "110"
+"""Pods a node takes when the trace does not say (the kubelet's default)."""
+
+QUEUES_PATH: Final = "/apis/muster.dev/v1alpha1/queues"
+MINICLUSTER_API: Final = "flux-framework.org/v1alpha2"
+
+Admission = Literal["muster", "none"]
+
+
+def quantity(resource: str, amount: int) -> str:
+    """An exact Kubernetes quantity for an amount in `policies` units (millicores for cpu)."""
+    if resource == "cpu":
+        return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+    if amount and (resource == "memory" or resource.endswith(("storage", "memory"))):
+        for suffix, unit in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+            if amount % unit == 0:
+                return f"{amount // unit}{suffix}"
+    return str(amount)
+
+
+def quantities(resources: Resources) -> dict[str, str]:
+    return {name: quantity(name, amount) for name, amount in sorted(resources.items())}
+
+
+def wall_duration(trace_seconds: float, scale: float) -> str:
+    """A trace duration compressed by `scale`, as a Go duration (ms precision, at least 1ms)."""
+    millis = max(1, round(trace_seconds * 1000.0 / scale))
+    if millis % 1000 == 0:
+        return f"{millis // 1000}s"
+    return f"{millis}ms"
+
+
+# --------------------------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    """One kwok node of the trace: its name in the cluster and its body."""
+
+    name: str
+    trace_name: str
+    body: dict[str, Any]
+
+
+def node_bodies(trace: Trace, run: str, *, prefix: str = "") -> list[NodePlan]:
+    """The trace's nodes as kwok Node bodies (named `<prefix><trace node name>`).
+
+    Allocatable is exactly the trace's (plus `pods: 110` when the trace does not count pods: a
+    node without a pods figure takes none in Kubernetes); labels and taints as the trace says,
+    plus the kwok fake-node taint every pod of the replay tolerates.
+    """
+    plans: list[NodePlan] = []
+    nodes = trace.nodes()
+    groups = [
+        group.name or f"node-g{index}"
+        for index, group in enumerate(trace.node_groups)
+        for _ in range(group.count)
+    ]
+    for node, group in zip(nodes, groups, strict=True):
+        name = f"{prefix}{node.name}"
+        allocatable = quantities(node.allocatable)
+        allocatable.setdefault("pods", DEFAULT_PODS)
+        taints: list[dict[str, str]] = [dict(FAKE_NODE_TAINT)]
+        for taint in node.taints:
+            entry = {"key": taint.key, "effect": taint.effect}
+            if taint.value:
+                entry["value"] = taint.value
+            taints.append(entry)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {
+                    "type": "kwok",
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    **dict(node.labels),
+                    HOSTNAME: name,
+                    SIM_RUN: run,
+                    SIM_NODE_GROUP: group,
+                },
+            },
+            "spec": {"taints": taints},
+            "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
+        }
+        plans.append(NodePlan(name=name, trace_name=node.name, body=body))
+    return plans
+
+
+# -------------------------------------------------------------------------------- queues
+
+
+def queue_body(spec: QueueSpec, scale: float, run: str) -> dict[str, Any]:
+    """A Queue object for a trace queue, with its clog timeout and backoff compressed by scale.
+
+    A trace queue with the size-ratio rule off (`sizeRatio: null`) gets ratio 1: no gang that
+    fits the cluster is larger than the whole cluster, so the rule never fires (the Queue CRD
+    has no "off").
+    """
+    body: dict[str, Any] = {"weight": spec.weight}
+    if spec.parent:
+        body["parent"] = spec.parent
+    if spec.nominal is not None:
+        # A resource named in nominal with amount 0 limits the queue to 0 (quota_names).
+        body["nominal"] = {
+            name: quantity(name, spec.nominal[name]) for name in sorted(spec.quota_names)
+        }
+    if spec.borrowing_limit is not None:
+        body["borrowingLimit"] = quantities(spec.borrowing_limit)
+    if spec.lending_limit is not None:
+        body["lendingLimit"] = quantities(spec.lending_limit)
+    body["strategy"] = spec.strategy
+    ratio = spec.size_ratio
+    body["sizeRatio"] = (
+        {"ratio": 1.0, "action": "Serialize"}
+        if ratio is None
+        else {"ratio": ratio.ratio, "action": ratio.action}
+    )
+    body["clogTimeout"] = wall_duration(spec.clog_timeout, scale)
+    body["backoff"] = {
+        "base": wall_duration(spec.backoff.base, scale),
+        "max": wall_duration(spec.backoff.max, scale),
+        "limit": spec.backoff.limit,
+    }
+    body["nodeFit"] = spec.node_fit
+    return {
+        "apiVersion": "muster.dev/v1alpha1",
+        "kind": "Queue",
+        "metadata": {"name": spec.name, "labels": {SIM_RUN: run}},
+        "spec": body,
+    }
+
+
+def namespace_body(name: str, run: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {SIM_RUN: run}},
+    }
+
+
+# --------------------------------------------------------------------------------- gangs
+
+
+def _toleration(t: Toleration) -> dict[str, str]:
+    out: dict[str, str] = {"operator": t.operator}
+    if t.key:
+        out["key"] = t.key
+    if t.value and t.operator == "Equal":
+        out["value"] = t.value
+    if t.effect:
+        out["effect"] = t.effect
+    return out
+
+
+def container_resources(requests: Resources) -> dict[str, dict[str, str]]:
+    """Requests of one pod (without `pods`, which is not a container resource); extended
+    resources need limits equal to requests in Kubernetes."""
+    wanted = {name: quantity(name, amount) for name, amount in sorted(requests.items())}
+    wanted.pop("pods", None)
+    limits = {
+        name: value
+        for name, value in wanted.items()
+        if name not in STANDARD_RESOURCES and not name.startswith("hugepages-")
+    }
+    return {"requests": wanted, "limits": limits} if limits else {"requests": wanted}
+
+
+@dataclass(frozen=True, slots=True)
+class GangObject:
+    """What the engine creates for one gang: the API path and body, and where its Job lives."""
+
+    path: str
+    body: dict[str, Any]
+    namespace: str
+    job_name: str
+    kind: Literal["Job", "MiniCluster"]
+
+
+def gang_object(
+    arrival: SubmittedGang,
+    *,
+    namespace: str,
+    admission: Admission,
+    scale: float,
+    run: str,
+    node_selector: Mapping[str, str] | None = None,
+) -> GangObject:
+    """The Job or MiniCluster for one gang of the trace.
+
+    `namespace` is the cluster namespace the trace's namespace maps to; the object's name is
+    the gang's name in the trace. With admission `muster` it carries the `muster.dev/queue`
+    label (the webhook suspends it and the controller admits it); with `none` it has no queue
+    label, so nothing but the default scheduler decides where its pods go.
+    """
+    gang = arrival.gang
+    name = gang.submitted.name
+    runtime = wall_duration(arrival.runtime, scale)
+    selector = {**dict(gang.node_selector), **dict(node_selector or {})}
+    tolerations = [{"key": FAKE_NODE_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}]
+    tolerations.extend(_toleration(t) for t in gang.tolerations)
+    pod_labels = {GANG: name, SIM_RUN: run}
+    affinity: dict[str, Any] = {}
+    if gang.one_pod_per_node:
+        affinity = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {GANG: name}}, "topologyKey": HOSTNAME}
+                ]
+            }
+        }
+    resources = container_resources(gang.pod_requests)
+    labels: dict[str, str] = {SIM_RUN: run}
+    if admission == "muster":
+        labels[QUEUE] = gang.queue
+    minimum = str(gang.min)
+    if gang.kind == "MiniCluster":
+        spec: dict[str, Any] = {
+            "size": gang.size,
+            "jobLabels": {SIM_RUN: run, MIN_MEMBERS: minimum},
+            "containers": [{"name": "main", "image": "muster-sim", "resources": resources}],
+            "pod": {
+                "labels": pod_labels,
+                "annotations": {GANG_RUNTIME: runtime},
+                "tolerations": tolerations,
+                **({"nodeSelector": selector} if selector else {}),
+                **({"affinity": affinity} if affinity else {}),
+            },
+        }
+        if gang.min_size is not None:
+            spec["minSize"] = gang.min_size
+        body = {
+            "apiVersion": MINICLUSTER_API,
+            "kind": "MiniCluster",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": spec,
+        }
+        return GangObject(
+            path=f"/apis/{MINICLUSTER_API}/namespaces/{namespace}/miniclusters",
+            body=body,
+            namespace=namespace,
+            job_name=name,
+            kind="MiniCluster",
+        )
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "muster-sim", "resources": resources}],
+        "tolerations": tolerations,
+    }
+    if selector:
+        pod_spec["nodeSelector"] = selector
+    if affinity:
+        pod_spec["affinity"] = affinity
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {MIN_MEMBERS: minimum},
+        },
+        "spec": {
+            "parallelism": gang.size,
+            "completions": gang.size,
+            "completionMode": "Indexed",
+            "backoffLimit": 100,
+            "template": {
+                "metadata": {"labels": pod_labels, "annotations": {GANG_RUNTIME: runtime}},
+                "spec": pod_spec,
+            },
+        },
+    }
+    return GangObject(
+        path=f"/apis/batch/v1/namespaces/{namespace}/jobs",
+        body=body,
+        namespace=namespace,
+        job_name=name,
+        kind="Job",
+    )

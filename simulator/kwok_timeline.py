@@ -1,0 +1,655 @@
+"""What the kwok engine saw in the cluster, recorded as the in-process engine's timeline.
+
+The kwok engine polls the replay's Jobs and live Pods and hears from the gang runner when a
+gang's run begins; `Timeline.observe` turns each look into gang states, timestamps and
+per-queue samples, in *trace* time (wall time since the replay started × the time scale, from
+the first submission), and `Timeline.result` packs them into the same `EngineResult` the
+in-process engine returns, so `simulator.report` writes the same files.
+
+Where each figure comes from (wall clock → trace time):
+
+- submitted: when the engine sent the create (the webhook's stamp follows within a request);
+- admitted: muster: the time in the `muster.dev/admitted` annotation (the controller's clock
+  at the cycle that admitted it); none: the first look with `minSize` pods bound;
+- started: when the gang runner saw `minSize` members Running and started the runtime;
+- finished: the completion time the gang runner wrote (kwok completes the pods then), once the
+  Job is Complete;
+- evictions, clogs: a change of `muster.dev/evictions` (reason `muster.dev/evicted-reason`),
+  at the look that saw it; none: a gang holding nodes with fewer than `minSize` pods running
+  one clog timeout after its first pod was bound (nobody evicts it);
+- samples (pending, holding, running, usage, shares): at every look that saw a change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from admission.gangs import parse_admitted, parse_time
+from policies import Gang
+from policies.vocabulary import ADMITTED, EVICTED_REASON, EVICTIONS, GANG, REQUEUE_AT, STATE
+from simulator.engine import (
+    BACKOFF,
+    FAILED,
+    FINISHED,
+    HOLDING,
+    PENDING,
+    RUNNING,
+    STUCK,
+    WAITING,
+    Admission,
+    EngineResult,
+    GangRecord,
+    Incident,
+    Sample,
+)
+from simulator.trace import SubmittedGang, Trace
+
+CLOG_REASONS = frozenset({"Clogged", "Deadlock"})
+"""Eviction reasons that mean the gang never got its minimum running (the in-process clog)."""
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What the engine last saw of one gang in the cluster (wall clock)."""
+
+    bound: int = 0  # live pods with a node
+    running: int = 0  # live pods Running
+    first_bound: float | None = None  # trace time of the first look with a pod bound
+    run_started: float | None = None  # wall: the current run began (gang runner)
+    run_ends: float | None = None  # wall: when the current run's pods complete
+    admission: str | None = None  # the muster.dev/admitted value in force
+    requeue_at: float = 0.0  # wall
+    evictions: int = 0
+    # Latency of the current admission (wall): when admitted, when all its pods existed, when
+    # all were bound. With run_started they show where the control plane spends its time.
+    admitted_wall: float | None = None
+    created_wall: float | None = None
+    bound_wall: float | None = None
+    running_wall: float | None = None
+    job_ready_seen: bool = False  # the Job's status.ready reached minSize (what muster reads)
+
+
+def dominant_share(vector: Sequence[int], capacity: Sequence[int]) -> float:
+    share = 0.0
+    for amount, cap in zip(vector, capacity, strict=True):
+        if cap > 0 and amount > 0:
+            share = max(share, amount / cap)
+    return share
+
+
+def water_fill(demands: Sequence[float], weights: Sequence[float], total: float) -> list[float]:
+    """Weighted max-min split of `total` among queues, each capped by its demand (the fair
+    share of docs/simulator.md, as the in-process engine computes it)."""
+    fair = [0.0] * len(demands)
+    active = [i for i, d in enumerate(demands) if d > 0]
+    remaining = total
+    while active and remaining > 1e-12:
+        weight = sum(weights[i] for i in active)
+        satisfied = [i for i in active if demands[i] <= remaining * weights[i] / weight]
+        if not satisfied:
+            for i in active:
+                fair[i] = remaining * weights[i] / weight
+            break
+        for i in satisfied:
+            fair[i] = demands[i]
+            remaining -= demands[i]
+        active = [i for i in active if i not in satisfied]
+    return fair
+
+
+class Timeline:
+    """Gang records and samples of one kwok replay (one admission)."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        arrivals: Sequence[SubmittedGang],
+        admission: Admission,
+        scale: float,
+        namespaces: Mapping[str, str],
+        seed: int = 0,
+    ) -> None:
+        self.trace = trace
+        self.admission = admission
+        self.muster = admission == "muster"
+        self.scale = scale
+        self.seed = seed
+        tree = trace.queue_tree()
+        self.queue_names: tuple[str, ...] = tree.leaves
+        q_index = {name: i for i, name in enumerate(self.queue_names)}
+        self.weights = [tree[name].weight for name in self.queue_names]
+        nodes = trace.nodes()
+        names: list[str] = []
+        for node in nodes:
+            names.extend(r for r in node.allocatable if r not in names)
+        for group in trace.jobs:
+            names.extend(r for r in group.pod_requests if r not in names)
+        self.resources = tuple(names)
+        r_index = {name: i for i, name in enumerate(names)}
+        self.capacity = [sum(max(n.allocatable[r] - n.used[r], 0) for n in nodes) for r in names]
+        cpu = r_index.get("cpu")
+        self.util_r = cpu if cpu is not None and self.capacity[cpu] else 0
+        self.util_scale = 1000.0 if names and names[self.util_r] == "cpu" else 1.0
+        counts_pods = "pods" in r_index and any(n.allocatable["pods"] for n in nodes)
+        self.origin = arrivals[0].gang.submitted.time if arrivals else 0.0
+        self.t0 = 0.0
+        self.gangs: list[GangRecord] = []
+        self.seen: list[_Seen] = []
+        self.by_job: dict[tuple[str, str], int] = {}
+        for index, arrival in enumerate(arrivals):
+            gang = arrival.gang
+            vector = [gang.pod_requests[r] for r in names]
+            if counts_pods:
+                vector[r_index["pods"]] = max(vector[r_index["pods"]], 1)
+            self.gangs.append(
+                GangRecord(
+                    index=index,
+                    gang=gang,
+                    queue=q_index[gang.queue],
+                    runtime=arrival.runtime,
+                    group=arrival.group,
+                    request=tuple((i, a) for i, a in enumerate(vector) if a),
+                    clog_timeout=tree[gang.queue].clog_timeout,
+                )
+            )
+            self.seen.append(_Seen())
+            namespace = gang.id.split("/", 1)[0]
+            self.by_job[(namespaces[namespace], gang.submitted.name)] = index
+        self.samples: list[Sample] = []
+        self.incidents: list[Incident] = []
+        self.events = 0
+        self.last_change = 0.0  # trace time of the last change of any gang
+        self.lags: list[float] = []  # trace seconds each create was sent behind its trace time
+        self.latencies: dict[str, list[float]] = defaultdict(list)  # wall seconds, per gang
+        self.done = 0
+        self._lock = threading.Lock()
+        self._submitted: list[tuple[int, float]] = []
+        self._runs: list[tuple[tuple[str, str], float, float]] = []
+        self._last_sample: tuple[object, ...] | None = None
+
+    # ------------------------------------------------------------------ clock
+
+    def start(self, wall: float) -> None:
+        """The wall time at which trace time `origin` (the first submission) is replayed."""
+        self.t0 = wall
+
+    def trace_time(self, wall: float) -> float:
+        return self.origin + (wall - self.t0) * self.scale
+
+    def wall_time(self, trace_seconds: float) -> float:
+        return self.t0 + (trace_seconds - self.origin) / self.scale
+
+    # ------------------------------------------------------------------ inputs (any thread)
+
+    def submitted(self, index: int, wall: float) -> None:
+        """The create of gang `index` was sent at `wall` (called from submitter threads)."""
+        with self._lock:
+            self._submitted.append((index, wall))
+
+    def run_started(self, key: tuple[str, str], started: float, ends: float) -> None:
+        """The gang runner started a run of gang `key` (namespace, gang label)."""
+        with self._lock:
+            self._runs.append((key, started, ends))
+
+    # ------------------------------------------------------------------ observation
+
+    def observe(
+        self, wall: float, jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+    ) -> bool:
+        """One look at the cluster; returns True if anything changed."""
+        now = self.trace_time(wall)
+        with self._lock:
+            submitted, self._submitted = self._submitted, []
+            runs, self._runs = self._runs, []
+        changed = False
+        for index, sent in submitted:
+            record = self.gangs[index]
+            planned = record.gang.submitted.time
+            at = self.trace_time(sent)
+            self.lags.append(at - planned)
+            record.gang = _with_submit_time(record.gang, at)
+            self._set_state(record, PENDING, at)
+            changed = True
+        for key, started, ends in runs:
+            found = self.by_job.get(key)
+            if found is None:
+                continue
+            seen = self.seen[found]
+            seen.run_started, seen.run_ends = started, ends
+            admitted_wall = seen.admitted_wall
+            if admitted_wall is not None:
+                self.latencies["admitted_to_started"].append(started - admitted_wall)
+                for name, mark in (
+                    ("created", seen.created_wall),
+                    ("bound", seen.bound_wall),
+                    ("running", seen.running_wall),
+                ):
+                    if mark is not None:
+                        self.latencies[f"admitted_to_{name}"].append(mark - admitted_wall)
+            record = self.gangs[found]
+            if record.started is None:
+                record.started = self.trace_time(started)
+            if not self.muster and (
+                record.first_admitted is None or record.first_admitted > record.started
+            ):
+                # minSize pods were bound no later than they ran; a look may have come later.
+                record.first_admitted = record.admitted_at = record.started
+                record.admitted_size = max(seen.bound, record.gang.min)
+        bound: dict[int, int] = defaultdict(int)
+        running: dict[int, int] = defaultdict(int)
+        created: dict[int, int] = defaultdict(int)
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            label = (meta.get("labels") or {}).get(GANG)
+            owner = self.by_job.get((meta.get("namespace") or "", label or ""))
+            if owner is None:
+                continue
+            created[owner] += 1
+            if not (pod.get("spec") or {}).get("nodeName"):
+                continue
+            bound[owner] += 1
+            if (pod.get("status") or {}).get("phase") == "Running":
+                running[owner] += 1
+        by_index: dict[int, Mapping[str, Any]] = {}
+        for job in jobs:
+            meta = job.get("metadata") or {}
+            gang = self.by_job.get((meta.get("namespace") or "", meta.get("name") or ""))
+            if gang is not None:
+                by_index[gang] = job
+        for record in self.gangs:
+            if record.state in (WAITING, FINISHED, FAILED):
+                continue
+            seen = self.seen[record.index]
+            pods_bound, pods_running = bound.get(record.index, 0), running.get(record.index, 0)
+            if (pods_bound, pods_running) != (seen.bound, seen.running):
+                seen.bound, seen.running = pods_bound, pods_running
+                record.bound_pods, record.running_pods = pods_bound, pods_running
+                changed = True
+            if seen.admitted_wall is not None and seen.run_started is None:
+                target = record.admitted_size or record.gang.size
+                if seen.created_wall is None and created.get(record.index, 0) >= target:
+                    seen.created_wall = wall
+                if seen.bound_wall is None and pods_bound >= target:
+                    seen.bound_wall = wall
+                if seen.running_wall is None and pods_running >= record.gang.min:
+                    seen.running_wall = wall
+            found_job = by_index.get(record.index)
+            if self.muster:
+                changed |= self._observe_muster(record, seen, found_job, wall, now)
+            else:
+                changed |= self._observe_none(record, seen, found_job, wall, now)
+        if changed:
+            self.events += 1
+            self._sample(now)
+        return changed
+
+    def _observe_muster(
+        self,
+        record: GangRecord,
+        seen: _Seen,
+        job: Mapping[str, Any] | None,
+        wall: float,
+        now: float,
+    ) -> bool:
+        if job is None:
+            return False  # the MiniCluster's Job is not there yet: still pending
+        meta = job.get("metadata") or {}
+        annotations: Mapping[str, str] = meta.get("annotations") or {}
+        changed = False
+        evictions = _int(annotations.get(EVICTIONS))
+        failed = annotations.get(STATE) == "Failed"
+        if evictions > seen.evictions:
+            reason = annotations.get(EVICTED_REASON, "")
+            queue = self.queue_names[record.queue]
+            for count in range(seen.evictions + 1, evictions + 1):
+                if reason in CLOG_REASONS:
+                    record.clogs += 1
+                    self.incidents.append(Incident(now, "clog", record.gang.id, queue))
+                final = failed and count == evictions
+                self.incidents.append(
+                    Incident(now, "fail" if final else "evict", record.gang.id, queue)
+                )
+            seen.evictions = record.evictions = evictions
+            seen.run_started = seen.run_ends = None  # a new admission starts a new run
+            changed = True
+        if REQUEUE_AT in annotations:
+            try:
+                seen.requeue_at = parse_time(annotations[REQUEUE_AT])
+            except ValueError:
+                seen.requeue_at = 0.0
+        admitted = annotations.get(ADMITTED)
+        if admitted is not None and admitted != seen.admission:
+            try:
+                at, size = parse_admitted(admitted)
+            except ValueError:
+                at, size = wall, record.gang.size
+            record.admitted_at = self.trace_time(at)
+            if record.first_admitted is None:
+                record.first_admitted = record.admitted_at
+            record.admitted_size = size
+            seen.admitted_wall = at
+            seen.created_wall = seen.bound_wall = seen.running_wall = None
+            changed = True
+        seen.admission = admitted
+        status = job.get("status") or {}
+        if admitted is None:
+            seen.job_ready_seen = False
+        elif not seen.job_ready_seen and seen.admitted_wall is not None:
+            ready = _int(str(status.get("ready") or 0)) + _int(str(status.get("succeeded") or 0))
+            if ready >= record.gang.min:
+                seen.job_ready_seen = True
+                self.latencies["admitted_to_job_ready"].append(wall - seen.admitted_wall)
+        if _condition(status, "Complete"):
+            record.finished = self._finish_time(seen, now)
+            self._set_state(record, FINISHED, record.finished)
+            return True
+        if failed or _condition(status, "Failed"):
+            limit = self.trace.queue_specs()[record.gang.queue].backoff.limit
+            record.reason = (
+                f"BackoffLimitExceeded: evicted {evictions} times, limit {limit}"
+                if failed
+                else "JobFailed: the Job controller marked the Job Failed"
+            )
+            self._set_state(record, FAILED, now)
+            return True
+        if seen.run_started is not None:
+            state = RUNNING
+        elif admitted is not None:
+            state = HOLDING
+        elif seen.requeue_at > wall:
+            state = BACKOFF
+        else:
+            state = PENDING
+        if state != record.state:
+            self._set_state(record, state, now)
+            changed = True
+        return changed
+
+    def _observe_none(
+        self,
+        record: GangRecord,
+        seen: _Seen,
+        job: Mapping[str, Any] | None,
+        wall: float,
+        now: float,
+    ) -> bool:
+        changed = False
+        if seen.bound and seen.first_bound is None:
+            seen.first_bound = now
+        if record.first_admitted is None and seen.bound >= record.gang.min:
+            # Without gang admission, "admitted" is when the scheduler had bound minSize pods.
+            record.first_admitted = record.admitted_at = now
+            record.admitted_size = seen.bound
+            changed = True
+        status = (job or {}).get("status") or {}
+        if job is not None and _condition(status, "Complete"):
+            record.finished = self._finish_time(seen, now)
+            self._set_state(record, FINISHED, record.finished)
+            return True
+        if job is not None and _condition(status, "Failed"):
+            record.reason = "JobFailed: the Job controller marked the Job Failed"
+            self._set_state(record, FAILED, now)
+            return True
+        if seen.run_started is not None:
+            state = RUNNING
+        elif seen.bound:
+            state = HOLDING
+        else:
+            state = PENDING
+        if state != record.state:
+            self._set_state(record, state, now)
+            changed = True
+        if (
+            state == HOLDING
+            and not record.clogs
+            and seen.first_bound is not None
+            and now >= seen.first_bound + record.clog_timeout
+        ):
+            # Counted once, as in the in-process engine: nobody evicts it, it keeps its nodes.
+            record.clogs = 1
+            self.incidents.append(
+                Incident(
+                    seen.first_bound + record.clog_timeout,
+                    "clog",
+                    record.gang.id,
+                    self.queue_names[record.queue],
+                )
+            )
+            changed = True
+        return changed
+
+    def _finish_time(self, seen: _Seen, now: float) -> float:
+        """The run's completion time (kwok completed the pods then), never after this look."""
+        if seen.run_ends is None:
+            return now
+        return min(self.trace_time(seen.run_ends), now)
+
+    def _set_state(self, record: GangRecord, state: int, at: float) -> None:
+        if state in (FINISHED, FAILED) and record.state not in (FINISHED, FAILED):
+            self.done += 1
+        record.state = state
+        self.last_change = max(self.last_change, at)
+
+    # ------------------------------------------------------------------ queries
+
+    def finished(self) -> bool:
+        return self.done == len(self.gangs)
+
+    def quiet(self, wall: float) -> bool:
+        """Nothing can change any more without something else happening first: every gang is
+        submitted, none runs, none waits out a backoff, and (muster) no admitted gang is still
+        within its clog timeout (the controller would evict it). Used with a stall time."""
+        for record in self.gangs:
+            state = record.state
+            if state in (WAITING, RUNNING, BACKOFF):
+                return False
+            if self.muster and state == HOLDING:
+                admitted = record.admitted_at
+                if admitted is None or self.trace_time(wall) < admitted + record.clog_timeout:
+                    return False
+        return True
+
+    def counts(self) -> tuple[int, int, int]:
+        """(gangs done, gangs running, pods bound) for progress."""
+        running = sum(1 for r in self.gangs if r.state == RUNNING)
+        return self.done, running, sum(s.bound for s in self.seen)
+
+    def latency_figures(self) -> dict[str, dict[str, float]]:
+        """Wall seconds from admission to all pods created / bound / minSize Running (as this
+        engine's looks saw them) / the gang started by the gang runner / the Job's status.ready
+        reaching minSize (what muster's controller reads as "running"), as p50, p95 and max over
+        admissions: the control plane's share of every wait on kwok."""
+        out: dict[str, dict[str, float]] = {}
+        for name in (
+            "admitted_to_created",
+            "admitted_to_bound",
+            "admitted_to_running",
+            "admitted_to_started",
+            "admitted_to_job_ready",
+        ):
+            values = sorted(self.latencies.get(name, []))
+            if values:
+                out[name] = {
+                    "p50": round(values[len(values) // 2], 3),
+                    "p95": round(values[min(len(values) - 1, int(len(values) * 0.95))], 3),
+                    "max": round(values[-1], 3),
+                    "n": len(values),
+                }
+        return out
+
+    def pending(self) -> list[GangRecord]:
+        return [r for r in self.gangs if r.state in (PENDING, BACKOFF)]
+
+    # ------------------------------------------------------------------ samples and result
+
+    def _sample(self, now: float) -> None:
+        nq = len(self.queue_names)
+        nr = len(self.resources)
+        held = [[0] * nr for _ in range(nq)]
+        running_use = [[0] * nr for _ in range(nq)]
+        waiting = [[0] * nr for _ in range(nq)]
+        pending = [0] * nq
+        holding = [0] * nq
+        running = [0] * nq
+        for record in self.gangs:
+            q, state, seen = record.queue, record.state, self.seen[record.index]
+            if state in (WAITING, FINISHED, FAILED, STUCK):
+                continue
+            if state in (PENDING, BACKOFF):
+                pending[q] += 1
+                need = record.gang.size
+            elif state == HOLDING:
+                holding[q] += 1
+                target = record.admitted_size if self.muster else record.gang.size
+                need = max((target or record.gang.size) - seen.bound, 0)
+            else:
+                running[q] += 1
+                need = 0
+            for r, amount in record.request:
+                held[q][r] += amount * seen.bound
+                waiting[q][r] += amount * need
+                if state == RUNNING:
+                    running_use[q][r] += amount * seen.bound
+        cap = self.capacity
+        ur = self.util_r
+        cap_u = cap[ur] if cap and cap[ur] else 1
+        util = sum(v[ur] for v in running_use) / cap_u if cap else 0.0
+        alloc = sum(v[ur] for v in held) / cap_u if cap else 0.0
+        shares = [dominant_share(v, cap) for v in running_use]
+        demands = [
+            min(1.0, dominant_share([h + w for h, w in zip(hv, wv, strict=True)], cap))
+            for hv, wv in zip(held, waiting, strict=True)
+        ]
+        fair = water_fill(demands, self.weights, sum(shares))
+        error = sum(max(0.0, f - s) for f, s in zip(fair, shares, strict=True))
+        sample = Sample(
+            time=now,
+            utilization=util,
+            allocation=alloc,
+            fairness_error=error,
+            pending=tuple(pending),
+            holding=tuple(holding),
+            running=tuple(running),
+            usage=tuple(v[ur] / self.util_scale for v in held) if cap else (0.0,) * nq,
+            share=tuple(shares),
+            fair_share=tuple(fair),
+        )
+        if self.samples and self.samples[-1].time >= now:
+            self.samples[-1] = dataclasses.replace(sample, time=self.samples[-1].time)
+        else:
+            self.samples.append(sample)
+
+    def result(
+        self,
+        *,
+        stuck_reasons: Mapping[int, str],
+        horizon_reached: bool,
+        end_wall: float,
+        wall_seconds: float,
+        plan_calls: int = 0,
+        plan_seconds: float = 0.0,
+    ) -> EngineResult:
+        """Mark what is unfinished stuck (or failed, when muster rejected it) and pack up."""
+        unfinished = [r for r in self.gangs if r.state not in (FINISHED, FAILED)]
+        for record in unfinished:
+            reason = stuck_reasons.get(record.index)
+            if reason is not None and reason.startswith("rejected:"):
+                # The planner can never admit it (NeverFits, SizeRatioRejected): the in-process
+                # engine fails such gangs at once; the controller leaves them pending.
+                record.reason = reason.removeprefix("rejected:").strip()
+                self._set_state(record, FAILED, record.submitted)
+                self.incidents.append(
+                    Incident(
+                        record.submitted, "fail", record.gang.id, self.queue_names[record.queue]
+                    )
+                )
+                continue
+            record.reason = reason or self._stuck_reason(record, horizon_reached)
+            record.state = STUCK
+        first_submit = min((r.submitted for r in self.gangs), default=self.origin)
+        stuck = any(r.state == STUCK for r in self.gangs)
+        if stuck:
+            end = self.trace_time(end_wall) if horizon_reached else self.last_change
+        else:
+            ends = [r.finished for r in self.gangs if r.finished is not None]
+            ends.extend(r.admitted_at or r.submitted for r in self.gangs if r.state == FAILED)
+            end = max(ends, default=first_submit)
+        end = max(end, first_submit)
+        self.incidents.sort(key=lambda i: i.time)
+        util, alloc, fair = self._means(first_submit, end)
+        return EngineResult(
+            admission="muster" if self.muster else "none",
+            trace=self.trace.name,
+            seed=self.seed,
+            queues=self.queue_names,
+            gangs=self.gangs,
+            samples=self.samples,
+            incidents=self.incidents,
+            utilization_resource=self.resources[self.util_r] if self.resources else "cpu",
+            first_submit=first_submit,
+            end=end,
+            utilization_mean=util,
+            allocation_mean=alloc,
+            fairness_error=fair,
+            events=self.events,
+            plan_calls=plan_calls,
+            plan_seconds=plan_seconds,
+            placement_misses=0,
+            wall_seconds=wall_seconds,
+            horizon_reached=horizon_reached,
+        )
+
+    def _means(self, start: float, end: float) -> tuple[float, float, float]:
+        """Time means over [start, end] of the step functions the samples describe."""
+        span = end - start
+        if span <= 0:
+            return 0.0, 0.0, 0.0
+        totals = [0.0, 0.0, 0.0]
+        samples = self.samples
+        for i, sample in enumerate(samples):
+            left = max(sample.time, start)
+            right = min(samples[i + 1].time if i + 1 < len(samples) else end, end)
+            if right <= left:
+                continue
+            values = (sample.utilization, sample.allocation, sample.fairness_error)
+            for k in range(3):
+                totals[k] += values[k] * (right - left)
+        return totals[0] / span, totals[1] / span, totals[2] / span
+
+    def _stuck_reason(self, record: GangRecord, horizon_reached: bool) -> str:
+        when = "at the horizon" if horizon_reached else "with nothing left to change"
+        seen = self.seen[record.index]
+        if record.state == WAITING:
+            return "NotSubmitted: submission time is past the horizon"
+        if record.state == HOLDING:
+            return (
+                f"Clogged: {seen.bound} of min {record.gang.min} pods bound, "
+                f"{seen.running} running, {when}"
+            )
+        if record.state == BACKOFF:
+            return f"BackingOff: evicted {record.evictions} times ({when})"
+        if self.muster:
+            return f"Pending: not admitted ({when})"
+        return f"NoFit: no pod of the gang fits a node ({when})"
+
+
+def _with_submit_time(gang: Gang, at: float) -> Gang:
+    return dataclasses.replace(gang, submitted=dataclasses.replace(gang.submitted, time=at))
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True" for c in status.get("conditions") or []
+    )

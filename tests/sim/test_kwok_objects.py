@@ -1,0 +1,238 @@
+"""The kwok engine's pure parts: the objects a trace becomes, and the timeline it records.
+
+The objects are read back with muster's own adapters (`admission.gangs`), so what the
+controller sees on kwok is the trace's gang, queue and node, with durations compressed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from admission.gangs import format_admitted, job_record, node_from, queue_from
+from policies import Resources, SizeRatio
+from policies.vocabulary import ADMITTED, EVICTED_REASON, EVICTIONS, GANG, STATE, SUBMITTED
+from simulator.engine import FAILED, FINISHED, HOLDING, PENDING, RUNNING, STUCK
+from simulator.kwok_objects import (
+    SIM_RUN,
+    gang_object,
+    node_bodies,
+    quantity,
+    queue_body,
+    wall_duration,
+)
+from simulator.kwok_timeline import Timeline, water_fill
+from simulator.trace import expand, from_dict, load
+
+TRACE: dict[str, Any] = {
+    "name": "t",
+    "cluster": {
+        "nodes": [
+            {"count": 2, "name": "cpu", "allocatable": {"cpu": "8", "memory": "30Gi"}},
+            {
+                "count": 1,
+                "name": "gpu",
+                "allocatable": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"},
+                "labels": {"accel": "a100"},
+                "taints": [{"key": "gpu", "value": "yes"}],
+            },
+        ]
+    },
+    "queues": [
+        {"name": "q", "clogTimeout": "100s", "backoff": {"base": "50s", "max": "500s"}},
+        {"name": "r", "sizeRatio": None, "nominal": {"cpu": "8", "memory": "0"}},
+    ],
+    "jobs": [
+        {
+            "name": "mc",
+            "kind": "MiniCluster",
+            "queue": "q",
+            "size": 2,
+            "minSize": 1,
+            "podRequests": {"cpu": "6", "memory": "20Gi"},
+            "onePodPerNode": True,
+            "runtime": "50s",
+        },
+        {
+            "name": "job",
+            "queue": "r",
+            "size": 3,
+            "podRequests": {"cpu": "500m", "nvidia.com/gpu": "1"},
+            "runtime": "10s",
+            "nodeSelector": {"accel": "a100"},
+            "tolerations": [{"key": "gpu", "operator": "Exists"}],
+            "submit": {"at": "20s"},
+        },
+    ],
+}
+
+
+def test_quantities_and_durations_are_exact() -> None:
+    assert quantity("cpu", 6000) == "6"
+    assert quantity("cpu", 500) == "500m"
+    assert quantity("memory", 20 * 2**30) == "20Gi"
+    assert quantity("memory", 1000) == "1000"
+    assert wall_duration(300, 25) == "12s"
+    assert wall_duration(50, 25) == "2s"
+    assert wall_duration(10, 25) == "400ms"
+    assert wall_duration(0.001, 25) == "1ms"
+
+
+def test_job_reads_back_as_the_trace_gang() -> None:
+    trace = from_dict(TRACE)
+    arrivals = expand(trace)
+    job = next(a for a in arrivals if a.gang.kind == "Job")
+    obj = gang_object(job, namespace="ns", admission="muster", scale=10, run="r1")
+    body = obj.body
+    assert obj.path == "/apis/batch/v1/namespaces/ns/jobs"
+    assert body["metadata"]["labels"]["muster.dev/queue"] == "r"
+    template = body["spec"]["template"]
+    assert template["metadata"]["labels"] == {GANG: "job-0", SIM_RUN: "r1"}
+    assert template["metadata"]["annotations"]["muster.dev/gang-runtime"] == "1s"
+    container = template["spec"]["containers"][0]["resources"]
+    assert container["limits"] == {"nvidia.com/gpu": "1"}  # extended resources need limits
+    # What the controller reads (the webhook adds the stamp) is the trace's gang.
+    body["metadata"].setdefault("annotations", {})[SUBMITTED] = "2026-01-01T00:00:00.000000Z"
+    record = job_record(body)
+    assert record.gang.size == 3 and record.gang.min == 3
+    assert record.gang.pod_requests == job.gang.pod_requests
+    assert record.gang.node_selector == {"accel": "a100"}
+    assert not record.gang.one_pod_per_node
+    # Without admission: no queue label, so the webhook leaves it alone.
+    none = gang_object(job, namespace="ns", admission="none", scale=10, run="r1").body
+    assert "muster.dev/queue" not in none["metadata"]["labels"]
+
+
+def test_minicluster_carries_gang_minimum_and_one_pod_per_node() -> None:
+    from simulator.controlplane.minicluster import job_for
+
+    trace = from_dict(TRACE)
+    mc = next(a for a in expand(trace) if a.gang.kind == "MiniCluster")
+    body = gang_object(mc, namespace="ns", admission="none", scale=25, run="r1").body
+    assert body["spec"]["size"] == 2 and body["spec"]["minSize"] == 1
+    assert body["spec"]["jobLabels"]["muster.dev/min-members"] == "1"
+    body["metadata"]["uid"] = "u1"
+    job = job_for(body)
+    job["metadata"].setdefault("annotations", {})[SUBMITTED] = "2026-01-01T00:00:00.000000Z"
+    record = job_record(job)
+    assert record.gang.one_pod_per_node
+    assert record.gang.min == 1 and record.gang.size == 2
+    assert job["spec"]["template"]["metadata"]["labels"][GANG] == "mc-0"
+
+
+def test_queue_reads_back_with_compressed_durations() -> None:
+    trace = from_dict(TRACE)
+    specs = trace.queue_specs()
+    q = queue_from(queue_body(specs["q"], 25, "r1"))
+    assert q.clog_timeout == pytest.approx(4.0)
+    assert (q.backoff.base, q.backoff.max, q.backoff.limit) == (2.0, 20.0, 5)
+    assert q.size_ratio == SizeRatio()
+    r = queue_from(queue_body(specs["r"], 25, "r1"))
+    assert r.size_ratio == SizeRatio(ratio=1.0)  # "off" on kwok: never larger than the cluster
+    assert r.nominal == Resources.parse({"cpu": "8"}, field="x")
+    assert r.quota_names == frozenset({"cpu", "memory"})  # memory 0 still limits
+
+
+def test_nodes_read_back_with_labels_taints_and_pods() -> None:
+    trace = from_dict(TRACE)
+    plans = node_bodies(trace, "r1", prefix="p-")
+    assert [p.name for p in plans] == ["p-cpu-0", "p-cpu-1", "p-gpu-0"]
+    gpu = node_from(plans[2].body)
+    assert gpu is not None
+    assert gpu.allocatable["nvidia.com/gpu"] == 4 and gpu.allocatable["pods"] == 110
+    assert gpu.labels["accel"] == "a100"
+    assert {t.key for t in gpu.taints} == {"kwok.x-k8s.io/node", "gpu"}
+
+
+# ------------------------------------------------------------------------------ timeline
+
+
+def _pod(ns: str, gang: str, node: str | None, phase: str) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": ns, "labels": {GANG: gang}},
+        "spec": {"nodeName": node} if node else {},
+        "status": {"phase": phase},
+    }
+
+
+def _job(ns: str, name: str, annotations: dict[str, str], complete: bool = False) -> Any:
+    conditions = [{"type": "Complete", "status": "True"}] if complete else []
+    return {
+        "metadata": {"namespace": ns, "name": name, "annotations": annotations},
+        "status": {"conditions": conditions},
+    }
+
+
+def test_timeline_records_a_muster_gang_in_trace_time() -> None:
+    trace = load("blog-burst")
+    arrivals = expand(trace)[:2]
+    timeline = Timeline(trace, arrivals, "muster", 25.0, {"default": "ns"})
+    timeline.start(1000.0)
+    first, second = timeline.gangs
+    name = first.gang.submitted.name
+    timeline.submitted(0, 1000.0)
+    timeline.submitted(1, 1000.4)
+    assert timeline.observe(1000.5, [], [])
+    assert first.state == PENDING and second.submitted == pytest.approx(10.0)
+    admitted = {ADMITTED: format_admitted(1001.0, first.gang.size)}
+    timeline.observe(1001.2, [_job("ns", name, admitted)], [_pod("ns", name, "n1", "Pending")])
+    assert first.state == HOLDING and first.first_admitted == pytest.approx(25.0)
+    timeline.run_started(("ns", name), 1002.0, 1002.0 + first.runtime / 25)
+    timeline.observe(1002.1, [_job("ns", name, admitted)], [_pod("ns", name, "n1", "Running")])
+    assert first.state == RUNNING and first.started == pytest.approx(50.0)
+    done = 1002.0 + first.runtime / 25
+    timeline.observe(done + 0.3, [_job("ns", name, admitted, complete=True)], [])
+    assert first.state == FINISHED and first.finished == pytest.approx(50.0 + first.runtime)
+    # The second gang: evicted twice (clogged), the second time past its limit.
+    other = second.gang.submitted.name
+    evicted = {EVICTIONS: "2", EVICTED_REASON: "Clogged", STATE: "Failed"}
+    timeline.observe(done + 1, [_job("ns", other, evicted)], [])
+    assert second.state == FAILED and second.evictions == 2 and second.clogs == 2
+    assert [i.kind for i in timeline.incidents] == ["clog", "evict", "clog", "fail"]
+    assert timeline.finished()
+    result = timeline.result(stuck_reasons={}, horizon_reached=False, end_wall=0, wall_seconds=1)
+    assert result.admission == "muster"
+    times = [s.time for s in result.samples]
+    assert times == sorted(times)
+    assert 0 < result.utilization_mean <= 1
+
+
+def test_timeline_counts_a_clog_once_without_admission() -> None:
+    trace = load("blog-burst")
+    arrivals = expand(trace)[:1]
+    timeline = Timeline(trace, arrivals, "none", 25.0, {"default": "ns"})
+    timeline.start(0.0)
+    (gang,) = timeline.gangs
+    name = gang.gang.submitted.name
+    timeline.submitted(0, 0.0)
+    pods = [_pod("ns", name, "n1", "Running"), _pod("ns", name, None, "Pending")]
+    timeline.observe(1.0, [_job("ns", name, {})], pods)
+    assert gang.state == HOLDING and gang.clogs == 0
+    timeline.observe(1.0 + gang.clog_timeout / 25, [_job("ns", name, {})], pods)
+    timeline.observe(2.0 + gang.clog_timeout / 25, [_job("ns", name, {})], pods)
+    assert gang.clogs == 1 and [i.kind for i in timeline.incidents] == ["clog"]
+    assert timeline.quiet(100.0)
+    result = timeline.result(stuck_reasons={}, horizon_reached=False, end_wall=0, wall_seconds=1)
+    assert gang.state == STUCK and gang.reason.startswith("Clogged: 1 of min")
+    assert result.gangs[0].first_admitted is None
+
+
+def test_rejected_gangs_fail_as_in_process() -> None:
+    trace = load("blog-burst")
+    timeline = Timeline(trace, expand(trace)[:1], "muster", 25.0, {"default": "ns"})
+    timeline.start(0.0)
+    timeline.submitted(0, 0.0)
+    timeline.observe(0.1, [], [])
+    timeline.result(
+        stuck_reasons={0: "rejected: NeverFits: too big"},
+        horizon_reached=False,
+        end_wall=0,
+        wall_seconds=1,
+    )
+    assert timeline.gangs[0].state == FAILED
+    assert timeline.gangs[0].reason == "NeverFits: too big"
+
+
+def test_water_fill_caps_by_demand_and_splits_by_weight() -> None:
+    assert water_fill([0.1, 1.0, 1.0], [1, 1, 2], 0.7) == pytest.approx([0.1, 0.2, 0.4])
