@@ -4,9 +4,11 @@ apiserver's raw PATCH rate measured in the same run, and the controller's memory
 Steps: (1) a control plane (started here, or --kubeconfig); (2) raw PATCH/s of that apiserver
 (`simulator.bench_apiserver.measure_patches`, before muster runs); (3) `muster run --local` as a
 subprocess; (4) --jobs labelled one-pod Jobs created from --submitters threads into an unlimited
-queue; gangs/s = jobs / (last `muster.dev/admitted` time - first create); (5) optionally
---rss-pending N Jobs left pending in a queue with no room, and the controller's RSS then.
-Prints a table and one JSON line.
+queue; gangs/s = jobs / (last `muster.dev/admitted` time - first create); (5) optionally a
+--backlog of Jobs created while only the webhook runs, then the controller started: admission
+from its ready line to the last admission, bound by the controller and its PATCHes, not by Job
+creation; (6) optionally --rss-pending N Jobs left pending in a queue with no room, and the
+controller's RSS then. Prints a table and one JSON line.
 
 On a 2-core machine the burst is bound by CPU shared by every component, so the bench also
 reports the CPU seconds each process used during the burst (from /proc: the control plane's
@@ -45,11 +47,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--submitters", type=int, default=16, help="threads creating Jobs")
     parser.add_argument("--patches", type=int, default=3000, help="raw PATCHes to time")
     parser.add_argument("--concurrency", type=int, default=32, help="raw PATCH threads")
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        default=0,
+        help="also time admitting N Jobs created while no controller ran (controller-bound)",
+    )
     parser.add_argument("--rss-pending", type=int, default=0, help="also measure RSS at N pending")
     parser.add_argument("--kubeconfig", help="use this cluster instead of starting one")
     parser.add_argument("--name", default="bench-admit", help="cluster name when starting one")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
-    parser.epilog = "example:\n  muster bench admit --jobs 5000 --nodes 1000 --json"
+    parser.epilog = (
+        "examples:\n"
+        "  muster bench admit --jobs 5000 --nodes 1000 --json\n"
+        "  muster bench admit --jobs 2000 --backlog 5000 --rss-pending 10000"
+    )
 
 
 def _job(name: str, queue: str | None, suspend: bool = False) -> dict[str, Any]:
@@ -146,6 +158,57 @@ def _admitted_times(client: KubeClient, namespace: str) -> list[float]:
     return times
 
 
+def _start_muster(kubeconfig: Path, *flags: str) -> tuple[subprocess.Popen[str], float]:
+    """Start `muster run --local` with `flags`; return it once it says it is ready, and when."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "muster.cli", "run", "--local", "--kubeconfig", str(kubeconfig)]
+        + ["--status-port", "-1", "--metrics-port", "0", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    wanted = set()
+    if "--no-webhook" not in flags:
+        wanted.add("webhook ready")
+    if "--no-controller" not in flags:
+        wanted.add("controller ready")
+    seen: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        seen.append(line)
+        wanted = {w for w in wanted if w not in line}
+        if not wanted:
+            break
+    if wanted:
+        raise RuntimeError("muster run did not become ready:\n" + "".join(seen[-20:]))
+    ready = time.time()
+    # Keep reading so the pipe never fills.
+    threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
+    return proc, ready
+
+
+def _stop(proc: subprocess.Popen[str] | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _wait_admitted(client: KubeClient, namespace: str, count: int, timeout: float) -> list[float]:
+    deadline = time.time() + timeout
+    times: list[float] = []
+    while time.time() < deadline:
+        times = _admitted_times(client, namespace)
+        if len(times) >= count:
+            break
+        time.sleep(1)
+    return times
+
+
 def run(args: argparse.Namespace) -> int:
     from simulator.bench_apiserver import measure_patches
     from simulator.controlplane.minicluster import apply_crd
@@ -165,16 +228,17 @@ def run(args: argparse.Namespace) -> int:
         kubeconfig = cluster.kubeconfig
         observed = cluster
     client = KubeClient.from_kubeconfig(kubeconfig)
-    proc: subprocess.Popen[str] | None = None
+    procs: list[subprocess.Popen[str]] = []
     stamp = int(time.time())
-    ns, raw_ns = f"bench-admit-{stamp}", f"bench-raw-{stamp}"
+    ns, raw_ns, backlog_ns = f"bench-admit-{stamp}", f"bench-raw-{stamp}", f"bench-backlog-{stamp}"
+    queues = [(ns, {}), (f"{ns}-full", {"nominal": {"cpu": "1m"}}), (backlog_ns, {})]
     try:
         apply_crd(
             client, yaml.safe_load((REPO / "manifests/crd/queues.muster.dev.yaml").read_text())
         )
-        for name in (ns, raw_ns):
+        for name in (ns, raw_ns, backlog_ns):
             client.create("/api/v1/namespaces", {"metadata": {"name": name}})
-        for queue, spec in ((ns, {}), (f"{ns}-full", {"nominal": {"cpu": "1m"}})):
+        for queue, spec in queues:
             client.create(
                 QUEUES,
                 {
@@ -191,34 +255,10 @@ def run(args: argparse.Namespace) -> int:
         raw = measure_patches(client, raw_ns, raw_jobs, args.patches, args.concurrency)
         raw_rate = float(raw["patch_per_s"])
         say(f"raw PATCH/s: {raw_rate:.0f}")
-        # 3. muster run --local.
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "muster.cli",
-                "run",
-                "--local",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--status-port",
-                "-1",
-                "--metrics-port",
-                "0",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        ready = {"webhook": False, "controller": False}
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            ready["webhook"] |= "webhook ready" in line
-            ready["controller"] |= "controller ready" in line
-            if all(ready.values()):
-                break
-        threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
-        # 4. The burst.
+        # 3. muster run --local (webhook in a child process, controller in the parent).
+        proc, _ = _start_muster(kubeconfig)
+        procs.append(proc)
+        # 4. The burst: from the first create to the last admission.
         pids = observed.component_pids() if observed is not None else {}
         pids["muster"] = proc.pid
         for child in _children(proc.pid):
@@ -228,18 +268,13 @@ def run(args: argparse.Namespace) -> int:
         say(f"creating {args.jobs} Jobs from {args.submitters} threads ...")
         first = _create_many(client, ns, names, ns, args.submitters)
         created = time.time()
-        deadline = time.time() + 600
-        times: list[float] = []
-        while time.time() < deadline:
-            times = _admitted_times(client, ns)
-            if len(times) >= args.jobs:
-                break
-            time.sleep(1)
+        times = _wait_admitted(client, ns, args.jobs, 600)
         last = max(times) if times else time.time()
         cpu_after = _cpu(pids)
         cpu = {k: round(cpu_after[k] - v, 1) for k, v in cpu_before.items() if k in cpu_after}
         gangs_per_s = len(times) / max(last - first, 1e-9)
         rss = _rss_mb(proc.pid)
+        muster_cpu = cpu.get("muster", 0.0) + cpu.get("muster-webhook", 0.0)
         result: dict[str, Any] = {
             "jobs": args.jobs,
             "admitted": len(times),
@@ -251,19 +286,50 @@ def run(args: argparse.Namespace) -> int:
             "ratio": round(gangs_per_s / raw_rate, 3),
             "controller_rss_mb": round(rss, 1),
             "cpu_s": cpu,
-            "muster_cpu_ms_per_gang": round(
-                1000
-                * (cpu.get("muster", 0.0) + cpu.get("muster-webhook", 0.0))
-                / max(len(times), 1),
-                2,
-            ),
+            "muster_cpu_ms_per_gang": round(1000 * muster_cpu / max(len(times), 1), 2),
             "load_avg_1m": round(os.getloadavg()[0], 2),
         }
         if not args.json:
             say(f"burst CPU seconds (first create to last admit, {last - first:.1f} s wall):")
             for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
                 say(f"  {name:<24} {seconds:7.1f}")
-        # 5. RSS with N gangs pending.
+        ok = len(times) >= args.jobs
+        # 5. A backlog: Jobs created (suspended, stamped by the webhook alone) while no
+        #    controller runs; then the controller starts and admits them. From its ready line
+        #    to the last admission, admission is bound by the controller and PATCHes only.
+        if args.backlog:
+            _stop(proc)
+            webhook, _ = _start_muster(kubeconfig, "--no-controller")
+            procs.append(webhook)
+            backlog = [f"b-{i:05d}" for i in range(args.backlog)]
+            say(f"creating a backlog of {args.backlog} Jobs with no controller running ...")
+            _create_many(client, backlog_ns, backlog, backlog_ns, args.submitters)
+            started = time.time()
+            controller, ready = _start_muster(kubeconfig, "--no-webhook")
+            procs.append(controller)
+            cpu_start = _cpu({"muster": controller.pid})["muster"]
+            btimes = _wait_admitted(client, backlog_ns, args.backlog, 600)
+            blast = max(btimes) if btimes else time.time()
+            bcpu = (_cpu({"muster": controller.pid}).get("muster") or 0.0) - cpu_start
+            backlog_rate = len(btimes) / max(blast - ready, 1e-9)
+            result.update(
+                {
+                    "backlog": args.backlog,
+                    "backlog_admitted": len(btimes),
+                    "backlog_start_s": round(ready - started, 2),
+                    "backlog_admit_s": round(blast - ready, 2),
+                    "backlog_gangs_per_s": round(backlog_rate, 1),
+                    "backlog_ratio": round(backlog_rate / raw_rate, 3),
+                    "backlog_controller_cpu_s": round(bcpu, 1),
+                }
+            )
+            say(
+                f"backlog: {len(btimes)} admitted in {blast - ready:.1f} s after the controller "
+                f"was ready ({ready - started:.1f} s to start): {backlog_rate:.0f} gangs/s"
+            )
+            ok = ok and len(btimes) >= args.backlog
+            proc = controller
+        # 6. RSS with N gangs pending.
         if args.rss_pending:
             pending = [f"p-{i:05d}" for i in range(args.rss_pending)]
             say(f"creating {args.rss_pending} pending Jobs ...")
@@ -271,20 +337,17 @@ def run(args: argparse.Namespace) -> int:
             time.sleep(10)
             result["pending"] = args.rss_pending
             result["controller_rss_mb_at_pending"] = round(_rss_mb(proc.pid), 1)
+            for child in _children(proc.pid):
+                result["webhook_rss_mb_at_pending"] = round(_rss_mb(child), 1)
         print(json.dumps(result), flush=True)
-        return 0 if len(times) >= args.jobs else 1
+        return 0 if ok else 1
     finally:
-        if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for name in (ns, f"{ns}-full"):
+        for process in procs:
+            _stop(process)
+        for name, _spec in queues:
             with contextlib.suppress(ApiError, OSError):
                 client.delete(f"{QUEUES}/{name}")
-        for name in (ns, raw_ns):
+        for name in (ns, raw_ns, backlog_ns):
             with contextlib.suppress(ApiError, OSError):
                 client.delete(f"/api/v1/namespaces/{name}")
         client.close()
