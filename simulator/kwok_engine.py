@@ -100,6 +100,10 @@ class KwokSettings:
     seed: int = 0
     horizon: float | None = None
     """Trace seconds after which unfinished gangs are stuck; None = the trace's."""
+    min_clog_timeout: float = 30.0
+    """Wall seconds below which a queue's compressed clog timeout is not set: starting a
+    64-pod gang takes this control plane several seconds on a busy machine, and a shorter
+    timeout would evict gangs that are merely starting."""
     stall: float = 5.0
     """Wall seconds without any change (and nothing running or backing off) after which the
     unfinished gangs are reported stuck."""
@@ -150,6 +154,8 @@ def check_trace(trace: Trace, settings: KwokSettings, log: Log) -> None:
             f"{MAX_NODES} on one local control plane: use the in-process engine or a smaller "
             "cluster (muster sweep resizes node groups)"
         )
+    if settings.min_clog_timeout < 0:
+        raise KwokError("--min-clog-timeout must not be negative")
     if settings.stall <= 0 or settings.poll <= 0 or settings.submitters < 1:
         raise KwokError("--stall and the poll interval must be positive, submitters at least 1")
     for group in trace.jobs:
@@ -159,6 +165,15 @@ def check_trace(trace: Trace, settings: KwokSettings, log: Log) -> None:
                 f"warning: jobs {group.name}: runtime {group.runtime:g}s is {wall:.2f}s of wall "
                 f"time at --time-scale {settings.time_scale:g}; control-plane latency (about "
                 "0.5-1 s per gang) will weigh on it: a smaller --time-scale is more faithful"
+            )
+    for spec in trace.queues:
+        wall = spec.clog_timeout / settings.time_scale
+        if wall < settings.min_clog_timeout and spec.name in {g.queue for g in trace.jobs}:
+            log(
+                f"note: queue {spec.name}: clogTimeout {spec.clog_timeout:g}s is {wall:.1f}s of "
+                f"wall time at --time-scale {settings.time_scale:g}; muster gets "
+                f"{settings.min_clog_timeout:g}s (--min-clog-timeout) so gangs still starting "
+                "are not evicted as clogged"
             )
     if any(g.priority for g in trace.jobs):
         log("warning: job priorities are not replayed on kwok (muster reads no Job priority)")
@@ -323,7 +338,9 @@ class KwokSession:
         if not self.queues_created:
             self._cleanups.append(("delete queues", self._delete_queues))
         for spec in self.trace.queues:
-            body = queue_body(spec, self.settings.time_scale, self.run)
+            body = queue_body(
+                spec, self.settings.time_scale, self.run, self.settings.min_clog_timeout
+            )
             try:
                 client.create(QUEUES_PATH, body)
             except ApiError as exc:
@@ -494,7 +511,9 @@ class KwokSession:
         (those we started), for figures measured on a shared machine."""
         out = {"engine": time.process_time()}
         if self.muster is not None:
-            out["muster"] = _process_cpu(self.muster.proc.pid)
+            # `muster run` serves the webhook from a child process: count both.
+            pid = self.muster.proc.pid
+            out["muster"] = _process_cpu(pid) + sum(_process_cpu(c) for c in _children(pid))
         if self.cluster is not None:
             for record in self.cluster.records():
                 out[record.component] = _process_cpu(record.pid)
@@ -530,6 +549,14 @@ def _process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(c) for c in text.split()]
+
+
 def _ignore_sigint() -> Callable[[], None]:
     """Ignore Ctrl-C (main thread only) until the returned function restores it."""
     if threading.current_thread() is not threading.main_thread():
@@ -562,7 +589,13 @@ class _Replay:
         namespaces = sorted({a.gang.id.split("/", 1)[0] for a in self.arrivals})
         self.namespaces = {ns: f"{self.run_id}-{ns}"[:63].rstrip("-") for ns in namespaces}
         self.timeline = Timeline(
-            trace, self.arrivals, admission, settings.time_scale, self.namespaces, settings.seed
+            trace,
+            self.arrivals,
+            admission,
+            settings.time_scale,
+            self.namespaces,
+            settings.seed,
+            settings.min_clog_timeout,
         )
         on_run_nodes = {SIM_RUN: session.run} if session.node_prefix else None
         self.objects: list[GangObject] = [
@@ -686,6 +719,16 @@ class _Replay:
             },
             "loadavg_1m_end": round(os.getloadavg()[0], 2),
         }
+        started = timeline.latency_figures().get("admitted_to_started")
+        if started is not None:
+            in_trace = started["p50"] * self.settings.time_scale
+            self.session.log(
+                f"kwok engine: gangs ran {started['p50']:.1f}s (median; p95 {started['p95']:.1f}s)"
+                f" of wall time after their admission, {in_trace:.0f}s of trace time at "
+                f"--time-scale {self.settings.time_scale:g} (the in-process engine models "
+                f"{self.trace.pod_start_delay:g}s): waits and makespan include it; a smaller "
+                "--time-scale weighs it less (docs/simulator.md, 'The kwok engine')"
+            )
         return result
 
     # -- submissions ----------------------------------------------------------------

@@ -129,8 +129,14 @@ def node_bodies(trace: Trace, run: str, *, prefix: str = "") -> list[NodePlan]:
 # -------------------------------------------------------------------------------- queues
 
 
-def queue_body(spec: QueueSpec, scale: float, run: str) -> dict[str, Any]:
+def queue_body(
+    spec: QueueSpec, scale: float, run: str, min_clog_timeout: float = 0.0
+) -> dict[str, Any]:
     """A Queue object for a trace queue, with its clog timeout and backoff compressed by scale.
+
+    The clog timeout is never below `min_clog_timeout` wall seconds: a gang the control plane
+    is still starting must not be taken for a clog because the trace's timeout was compressed
+    below the time the control plane needs to start a gang.
 
     A trace queue with the size-ratio rule off (`sizeRatio: null`) gets ratio 1: no gang that
     fits the cluster is larger than the whole cluster, so the rule never fires (the Queue CRD
@@ -155,7 +161,7 @@ def queue_body(spec: QueueSpec, scale: float, run: str) -> dict[str, Any]:
         if ratio is None
         else {"ratio": ratio.ratio, "action": ratio.action}
     )
-    body["clogTimeout"] = wall_duration(spec.clog_timeout, scale)
+    body["clogTimeout"] = wall_duration(max(spec.clog_timeout, min_clog_timeout * scale), scale)
     body["backoff"] = {
         "base": wall_duration(spec.backoff.base, scale),
         "max": wall_duration(spec.backoff.max, scale),

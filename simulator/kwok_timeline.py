@@ -113,6 +113,7 @@ class Timeline:
         scale: float,
         namespaces: Mapping[str, str],
         seed: int = 0,
+        min_clog_timeout: float = 0.0,
     ) -> None:
         self.trace = trace
         self.admission = admission
@@ -137,6 +138,11 @@ class Timeline:
         self.util_scale = 1000.0 if names and names[self.util_r] == "cpu" else 1.0
         counts_pods = "pods" in r_index and any(n.allocatable["pods"] for n in nodes)
         self.origin = arrivals[0].gang.submitted.time if arrivals else 0.0
+        # The clog timeout muster applies on kwok (trace seconds): never below the wall floor.
+        self.evict_after = {
+            name: max(tree[name].clog_timeout, min_clog_timeout * scale)
+            for name in self.queue_names
+        }
         self.t0 = 0.0
         self.gangs: list[GangRecord] = []
         self.seen: list[_Seen] = []
@@ -450,7 +456,8 @@ class Timeline:
                 return False
             if self.muster and state == HOLDING:
                 admitted = record.admitted_at
-                if admitted is None or self.trace_time(wall) < admitted + record.clog_timeout:
+                timeout = self.evict_after[record.gang.queue]
+                if admitted is None or self.trace_time(wall) < admitted + timeout:
                     return False
         return True
 

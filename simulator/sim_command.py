@@ -120,6 +120,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave the control plane it brought up running (inspect with kubectl)",
     )
     kwok.add_argument(
+        "--min-clog-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="least wall seconds a queue's compressed clog timeout is set to, so gangs the "
+        "control plane is still starting are not evicted as clogs (default 30; 0 = none)",
+    )
+    kwok.add_argument(
         "--stall",
         type=float,
         default=5.0,
@@ -181,8 +189,12 @@ def _run_kwok(trace: Trace, engines: list[Admission], args: argparse.Namespace) 
             file=sys.stderr,
         )
         return 2
-    if args.time_scale <= 0 or args.stall <= 0:
-        print("muster sim: --time-scale and --stall must be positive", file=sys.stderr)
+    if args.time_scale <= 0 or args.stall <= 0 or args.min_clog_timeout < 0:
+        print(
+            "muster sim: --time-scale and --stall must be positive, --min-clog-timeout not "
+            "negative",
+            file=sys.stderr,
+        )
         return 2
     if args.kubeconfig is not None and not args.kubeconfig.expanduser().is_file():
         print(f"muster sim: --kubeconfig {args.kubeconfig} does not exist", file=sys.stderr)
@@ -204,6 +216,7 @@ def _run_kwok(trace: Trace, engines: list[Admission], args: argparse.Namespace) 
         seed=args.seed,
         horizon=args.horizon,
         stall=args.stall,
+        min_clog_timeout=args.min_clog_timeout,
         out_dir=out_dir,
     )
     show_progress = not args.quiet and sys.stderr.isatty()

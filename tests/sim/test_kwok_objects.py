@@ -126,6 +126,9 @@ def test_queue_reads_back_with_compressed_durations() -> None:
     specs = trace.queue_specs()
     q = queue_from(queue_body(specs["q"], 25, "r1"))
     assert q.clog_timeout == pytest.approx(4.0)
+    # Never compressed below the floor the control plane needs to start a gang.
+    assert queue_from(queue_body(specs["q"], 25, "r1", 30)).clog_timeout == 30.0
+    assert queue_from(queue_body(specs["q"], 0.5, "r1", 30)).clog_timeout == 200.0
     assert (q.backoff.base, q.backoff.max, q.backoff.limit) == (2.0, 20.0, 5)
     assert q.size_ratio == SizeRatio()
     r = queue_from(queue_body(specs["r"], 25, "r1"))
