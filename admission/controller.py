@@ -85,30 +85,80 @@ def list_collection(
 Listing = list[tuple[str, list[Any], int]]
 
 
+KINDS: tuple[tuple[str, str, Mapping[str, str] | None], ...] = (
+    ("queue", QUEUES, None),
+    ("node", NODES, None),
+    ("pod", PODS, None),
+    ("job", JOBS, {"labelSelector": QUEUE}),
+    ("namespace", NAMESPACES, None),
+)
+"""What the cache holds: (kind, collection path, LIST parameters)."""
+
+
+def _tolerated(kind: str, exc: ApiError) -> bool:
+    """A LIST failure the controller works without (and logs); others are raised."""
+    if exc.status == 404 and kind == "queue":
+        log.warning("Queue CRD not installed: kubectl apply -f manifests/crd/")
+        return True
+    if exc.status == 403 and kind == "namespace":
+        # Read-only views (muster explain) may lack it; queues' namespaceSelectors are then
+        # not checked (the controller's ClusterRole grants it).
+        log.warning("cannot list namespaces: queues' namespaceSelector not checked")
+        return True
+    return False
+
+
 def list_everything(client: KubeClient) -> Listing:
     """One LIST of each kind the cache holds: (kind, items, collection version). Blocking."""
     out: Listing = []
-    for kind, path, params in (
-        ("queue", QUEUES, None),
-        ("node", NODES, None),
-        ("pod", PODS, None),
-        ("job", JOBS, {"labelSelector": QUEUE}),
-        ("namespace", NAMESPACES, None),
-    ):
+    for kind, path, params in KINDS:
         try:
             items, version = list_collection(client, path, params)
         except ApiError as exc:
-            if exc.status == 404 and kind == "queue":
-                log.warning("Queue CRD not installed: kubectl apply -f manifests/crd/")
-                continue
-            if exc.status == 403 and kind == "namespace":
-                # Read-only views (muster explain) may lack it; queues' namespaceSelectors are
-                # then not checked (the controller's ClusterRole grants it).
-                log.warning("cannot list namespaces: queues' namespaceSelector not checked")
+            if _tolerated(kind, exc):
                 continue
             raise
         out.append((kind, items, version))
     return out
+
+
+async def load_everything(cache: Cache, client: KubeClient) -> dict[str, int]:
+    """LIST every kind into the cache page by page; return each collection's version.
+
+    Like `list_everything` + `apply_listing`, but never holds more than one page of objects:
+    the parsed bodies of 10k Jobs at once were the controller's memory peak, and CPython keeps
+    much of such a peak as its resident size afterwards.
+    """
+    versions: dict[str, int] = {}
+    for kind, path, params in KINDS:
+        apply = getattr(cache, f"apply_{kind}")
+        keys: set[str] = set()
+        query = {"limit": "500", **(params or {})}
+        version = 0
+        try:
+            while True:
+                page = await asyncio.to_thread(client.get, path, query)
+                meta = page.get("metadata") or {}
+                # Later pages of a chunked LIST are served at the first page's version.
+                version = version or int(meta.get("resourceVersion") or 0)
+                for item in page.get("items") or []:
+                    item.setdefault("metadata", {})
+                    apply("ADDED", item)
+                    keys.add(cache_key(kind, item))
+                del page
+                token = meta.get("continue")
+                if not token:
+                    break
+                query["continue"] = token
+        except ApiError as exc:
+            if _tolerated(kind, exc):
+                continue
+            raise
+        dropped = cache.prune(kind, keys, version)
+        if dropped:
+            log.info("resync dropped %d %s(s) deleted while unwatched", dropped, kind)
+        versions[kind] = version
+    return versions
 
 
 def apply_listing(cache: Cache, listing: Listing) -> None:
@@ -238,15 +288,14 @@ def register(
     async def _sync_then_run(controller: Controller) -> None:
         while True:
             try:
-                listing = await asyncio.to_thread(list_everything, client)
-                apply_listing(cache, listing)
+                versions = await load_everything(cache, client)
                 break
             except (ApiError, OSError) as exc:
                 log.warning("initial LIST failed (%s); retrying in 2s", exc)
                 await asyncio.sleep(2)
         # Pods are watched from the version of the LIST just applied (see admission.podwatch).
         pods = PodWatch(client, cache, asyncio.get_running_loop(), list_collection)
-        pods.start(next(version for kind, _, version in listing if kind == "pod"))
+        pods.start(versions["pod"])
         try:
             await _run_synced(controller)
         finally:

@@ -142,8 +142,9 @@ class JobRecord:
     gang_label: str
     parse_error: str | None = None
     source: tuple[object, ...] = ()
-    """What the record was read from besides the status (uid, generation, labels, annotations):
-    an event that changes only the status reuses everything else (see `job_record`)."""
+    """What the record was read from besides the status (uid, generation, the labels and
+    annotations muster reads): an event that changes only the status reuses everything else
+    (see `job_record`)."""
     # Controller-side bookkeeping (not from the object).
     local_admit: tuple[float, int] | None = field(default=None)
     reached_min: bool = False
@@ -188,6 +189,21 @@ def is_managed_job(body: Mapping[str, Any]) -> bool:
     return QUEUE in (meta.get("labels") or {}) and SUBMITTED in (meta.get("annotations") or {})
 
 
+_READ_LABELS: Final = (QUEUE, MIN_MEMBERS)
+_READ_ANNOTATIONS: Final = (
+    QUEUE,
+    SUBMITTED,
+    ADMITTED,
+    MIN_MEMBERS,
+    CLOG_TIMEOUT,
+    REQUEUE_AT,
+    EVICTIONS,
+    STATE,
+    GANG_KIND,
+)
+"""Every label and annotation `job_record` reads (keep in step with it)."""
+
+
 def _status_only(previous: JobRecord, body: Mapping[str, Any]) -> JobRecord:
     status = body.get("status") or {}
     return replace(
@@ -211,7 +227,12 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
     status = body.get("status") or {}
     labels: Mapping[str, str] = meta.get("labels") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
-    source = (meta.get("uid"), meta.get("generation"), labels, annotations)
+    source = (
+        meta.get("uid"),
+        meta.get("generation"),
+        *(labels.get(key) for key in _READ_LABELS),
+        *(annotations.get(key) for key in _READ_ANNOTATIONS),
+    )
     if previous is not None and previous.source == source:
         return _status_only(previous, body)
     namespace, name = meta.get("namespace") or "", meta.get("name") or ""
@@ -306,7 +327,7 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         kind=kind,
         gang_label=pod_labels.get(GANG) or name,
         parse_error=error,
-        source=(source[0], source[1], dict(labels), dict(annotations)),
+        source=source,
     )
 
 
