@@ -61,7 +61,8 @@ class _Seen:
     running: int = 0  # live pods Running
     first_bound: float | None = None  # trace time of the first look with a pod bound
     run_started: float | None = None  # wall: the current run began (gang runner)
-    run_ends: float | None = None  # wall: when the current run's pods complete
+    run_ends: float | None = None  # wall: when the current run's pods are due to complete
+    completed: float | None = None  # wall: first look with the run's pods all completed
     admission: str | None = None  # the muster.dev/admitted value in force
     requeue_at: float = 0.0  # wall
     evictions: int = 0
@@ -226,7 +227,7 @@ class Timeline:
             if found is None:
                 continue
             seen = self.seen[found]
-            seen.run_started, seen.run_ends = started, ends
+            seen.run_started, seen.run_ends, seen.completed = started, ends, None
             admitted_wall = seen.admitted_wall
             if admitted_wall is not None:
                 self.latencies["admitted_to_started"].append(started - admitted_wall)
@@ -276,6 +277,15 @@ class Timeline:
                 seen.bound, seen.running = pods_bound, pods_running
                 record.bound_pods, record.running_pods = pods_bound, pods_running
                 changed = True
+            if (
+                seen.run_ends is not None
+                and seen.completed is None
+                and wall >= seen.run_ends
+                and not created.get(record.index)
+            ):
+                # kwok completed every pod of the run (none is live any more): the gang is done
+                # now, which may be later than the runtime said when kwok is behind.
+                seen.completed = wall
             if seen.admitted_wall is not None and seen.run_started is None:
                 target = record.admitted_size or record.gang.size
                 if seen.created_wall is None and created.get(record.index, 0) >= target:
@@ -430,10 +440,12 @@ class Timeline:
         return changed
 
     def _finish_time(self, seen: _Seen, now: float) -> float:
-        """The run's completion time (kwok completed the pods then), never after this look."""
+        """When the run's pods completed: the first look that saw them all completed (not
+        before the completion time the gang runner wrote), else this look."""
         if seen.run_ends is None:
             return now
-        return min(self.trace_time(seen.run_ends), now)
+        seen_done = now if seen.completed is None else min(self.trace_time(seen.completed), now)
+        return max(self.trace_time(seen.run_ends), seen_done)
 
     def _set_state(self, record: GangRecord, state: int, at: float) -> None:
         if state in (FINISHED, FAILED) and record.state not in (FINISHED, FAILED):

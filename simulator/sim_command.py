@@ -100,12 +100,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kwok.add_argument(
         "--kubeconfig",
         type=Path,
+        metavar="FILE",
         help="replay on this running control plane (one from `muster cluster up`); default: "
         "bring one up with the trace's nodes and take it down afterwards",
     )
     kwok.add_argument(
         "--cluster-name",
         default="muster-sim",
+        metavar="NAME",
         help="name of the control plane to bring up (default muster-sim)",
     )
     kwok.add_argument(

@@ -59,9 +59,12 @@ class GangRunner:
         if live_only:
             self.params["fieldSelector"] = "status.phase!=Succeeded,status.phase!=Failed"
         self.on_start = on_start
-        # Pods patched with their completion time, and (patch_workers > 1) a pool to patch a
-        # burst of started gangs in parallel rather than one PATCH after another.
+        # Pods patched with their completion time, and (patch_workers > 1) a pool that patches
+        # in the background, so a slow apiserver delays the patches but never the next look:
+        # a gang's run starts when its members run, not when earlier patches are through.
         self._stamped: set[str] = set()
+        self._inflight: set[str] = set()
+        self._lock = threading.Lock()
         self._patches: list[tuple[str, str, str]] = []
         self._pool = ThreadPoolExecutor(patch_workers) if patch_workers > 1 else None
         self.errors: list[str] = []
@@ -80,7 +83,7 @@ class GangRunner:
         if self._thread.is_alive():
             self._thread.join()
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> GangRunner:
         return self.start()
@@ -104,11 +107,15 @@ class GangRunner:
         for key, members in gangs.items():
             self._advance(key, members, time.time() if now is None else now)
         patches, self._patches = self._patches, []
-        if self._pool is not None and len(patches) > 1:
-            list(self._pool.map(self._patch, patches))
-        else:
-            for patch in patches:
+        for patch in patches:
+            if self._pool is None:
                 self._patch(patch)
+                continue
+            with self._lock:
+                if patch[0] in self._inflight:
+                    continue
+                self._inflight.add(patch[0])
+            self._pool.submit(self._patch, patch)
 
     def _patch(self, patch: tuple[str, str, str]) -> None:
         uid, path, stamp = patch
@@ -117,8 +124,13 @@ class GangRunner:
         except ApiError as exc:
             if exc.status != 404:
                 self.errors.append(exc.message)
-            return
-        self._stamped.add(uid)
+        except OSError as exc:
+            self.errors.append(str(exc))
+        else:
+            self._stamped.add(uid)
+        finally:
+            with self._lock:
+                self._inflight.discard(uid)
 
     def _advance(self, key: tuple[str, str], members: list[dict[str, Any]], now: float) -> None:
         live = [

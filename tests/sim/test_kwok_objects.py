@@ -185,8 +185,13 @@ def test_timeline_records_a_muster_gang_in_trace_time() -> None:
     timeline.observe(1002.1, [_job("ns", name, admitted)], [_pod("ns", name, "n1", "Running")])
     assert first.state == RUNNING and first.started == pytest.approx(50.0)
     done = 1002.0 + first.runtime / 25
+    timeline.observe(done - 0.1, [_job("ns", name, admitted)], [_pod("ns", name, "n1", "Running")])
+    timeline.observe(done + 0.05, [_job("ns", name, admitted)], [])  # kwok completed the pods
+    assert first.state == RUNNING
     timeline.observe(done + 0.3, [_job("ns", name, admitted, complete=True)], [])
-    assert first.state == FINISHED and first.finished == pytest.approx(50.0 + first.runtime)
+    # Finished when the pods were seen completed, not when the Job controller said so.
+    assert first.state == FINISHED
+    assert first.finished == pytest.approx(50.0 + first.runtime + 0.05 * 25)
     # The second gang: evicted twice (clogged), the second time past its limit.
     other = second.gang.submitted.name
     evicted = {EVICTIONS: "2", EVICTED_REASON: "Clogged", STATE: "Failed"}
