@@ -3,7 +3,7 @@
 Standard library and networkx only; never kubernetes or kopf. See docs/dev/policy-interface.md.
 """
 
-from policies.decisions import REASON_CODES, Admission, Decisions, Reason
+from policies.decisions import REASON_CODES, Admission, Decisions, PendingReasons, Reason
 from policies.model import (
     AdmittedGang,
     Backoff,
@@ -18,7 +18,7 @@ from policies.model import (
     Taint,
     Toleration,
 )
-from policies.planner import plan
+from policies.planner import Planner, plan
 from policies.resources import QuantityError, Resources, format_quantity, parse_quantity
 from policies.strategies import AdmissionPolicy, get_policy, register_policy
 
@@ -31,6 +31,8 @@ __all__ = [
     "Decisions",
     "Gang",
     "Node",
+    "PendingReasons",
+    "Planner",
     "PolicyError",
     "QuantityError",
     "Queue",

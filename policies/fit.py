@@ -1,59 +1,133 @@
 """Node-aware gang fit: can all pods of a gang be placed on free node capacity, and where.
 
 Nodes with identical labels and taints form a *node group*; whether a gang may use a node (node
-selector, tolerations) is decided once per group. Gangs whose pods have the same request, the
-same one-pod-per-node flag and the same eligible groups form a *fit class*; the planner asks
-fit questions per class.
+selector, tolerations) is decided once per group, and the nodes a gang may use form a *pool*.
+Gangs whose pods have the same request, the same one-pod-per-node flag and the same pool form a
+*fit class*; the planner asks fit questions per class.
 
 Placement is first-fit over one fixed node order: nodes sorted by free capacity at the start of
-the plan, least free first, so pods fill partly used nodes before empty ones (first-fit over
-that order is best-fit-like and keeps big holes for big gangs). Within one plan free capacity
-only shrinks, so each fit class keeps a cursor: every node before it has no room for a pod of
-the class and never will again in this plan. Finding room for a gang scans from the cursor and
-stops as soon as enough pods are placed.
+the plan, least free first, then by name, so pods fill partly used nodes before empty ones
+(first-fit over that order is best-fit-like and keeps big holes for big gangs).
+
+A pool keeps its nodes in *buckets* of equal free capacity: the sorted list of distinct free
+vectors is the fit order at bucket granularity, and within a bucket nodes go by name. So a fit
+question skips a whole bucket that has no room for one pod of the class (most of a busy
+cluster), counts room per bucket by arithmetic, and walks single nodes only where pods go.
+Nodes a plan places pods on are *touched*: their plan-start bucket keeps them in place (the
+order is fixed for the plan) and their current free capacity lives in a per-plan overlay.
+Within one plan free capacity only shrinks, so each fit class keeps a cursor: every node before
+it has no room for a pod of the class and never will again in this plan.
+
+The cluster outlives a plan: between plans, `adjust` moves a node to the bucket of its new free
+capacity (gangs admitted or finished, pods of other owners), in O(pools of the node), so an
+incremental planner never rebuilds or re-sorts the node order.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import floordiv, ge, itemgetter
 
-from policies.model import Node, Taint, Toleration, tolerated
+from policies.model import Node, PolicyError, Taint, Toleration, tolerated
 from policies.resources import Resources
 
-__all__ = ["UNLIMITED", "Cluster", "FitClass"]
+__all__ = ["UNLIMITED", "Cluster", "FitClass", "Pool"]
 
 # Free "pods" on a node that does not declare a pod limit, and "no limit" in counts.
 UNLIMITED = 1 << 40
+
+Vector = tuple[int, ...]
 
 
 @dataclass(slots=True)
 class NodeGroup:
     labels: Mapping[str, str]
     taints: tuple[Taint, ...]
-    nodes: list[int]  # node indices in the cluster's fit order
+    nodes: list[int]  # node ids
+
+
+class _Bucket:
+    """The nodes of one pool that have the same free capacity, by name (node id) on demand."""
+
+    __slots__ = ("members", "order")
+
+    def __init__(self) -> None:
+        self.members: set[int] = set()
+        self.order: list[int] | None = None  # sorted members; None until asked after a change
+
+    def sorted(self) -> list[int]:
+        order = self.order
+        if order is None:
+            order = self.order = sorted(self.members)
+        return order
+
+
+class Pool:
+    """The nodes some gangs may use, grouped by free capacity (see the module docstring)."""
+
+    __slots__ = ("buckets", "member", "shapes", "vectors")
+
+    def __init__(self, member: bytes, free: Sequence[Vector], shape_of: Sequence[int]) -> None:
+        self.member = member  # member[node id] == 1 if the node is in the pool
+        self.buckets: dict[Vector, _Bucket] = {}
+        self.shapes: Counter[int] = Counter()  # allocatable shape id -> nodes (empty_room)
+        buckets = self.buckets
+        for n, inside in enumerate(member):
+            if inside:
+                vector = free[n]
+                bucket = buckets.get(vector)
+                if bucket is None:
+                    bucket = buckets[vector] = _Bucket()
+                bucket.members.add(n)
+                self.shapes[shape_of[n]] += 1
+        self.vectors: list[Vector] = sorted(buckets)  # the fit order of the buckets
+
+    def move(self, n: int, old: Vector, new: Vector) -> None:
+        buckets = self.buckets
+        bucket = buckets[old]
+        bucket.members.discard(n)
+        bucket.order = None
+        if not bucket.members:
+            del buckets[old]
+            vectors = self.vectors
+            del vectors[bisect.bisect_left(vectors, old)]
+        target = buckets.get(new)
+        if target is None:
+            target = buckets[new] = _Bucket()
+            bisect.insort(self.vectors, new)
+        target.members.add(n)
+        target.order = None
 
 
 @dataclass(slots=True, eq=False)
 class FitClass:
     """Gangs whose pods fit the same nodes: same per-pod request, one-pod-per-node flag and
-    eligible nodes."""
+    pool."""
 
     request: tuple[int, ...]
     nonzero: tuple[int, ...]  # indices with request > 0
     one_pod_per_node: bool
-    nodes: list[int]  # eligible node indices, in fit order
+    pool: Pool
     restricted: bool  # a node selector or tolerations narrow the eligible nodes
-    cursor: int = 0  # nodes[:cursor] have no room for a pod of this class
+    serial: int = 0  # names the class in the planner's verdict keys
+    empty_room: int = -1  # pods of this class the empty cluster holds
+    # Per plan (reset when ``plan`` differs from the cluster's): the cursor is the bucket index
+    # in pool.vectors and the position in that bucket's order of the first node that may have
+    # room; every node before it has none for the rest of the plan.
+    plan: int = -1
+    cursor: int = 0
+    offset: int = 0
     room: int = -1  # pods of this class the free capacity holds, valid at room_version
     room_version: int = -1
-    empty_room: int = -1  # pods of this class the empty cluster holds
-    # The last successful fits(): (version, pods wanted, pods found, where), reused by place()
-    # while no node in ``where`` changed: capacity only shrinks, so the nodes before and between
-    # them still have no room and first-fit would choose the same.
-    found: tuple[int, int, int, list[tuple[int, int]]] | None = None
+    # The last successful fits(): (plan, version, pods wanted, pods found, where), reused by
+    # place() while no node in ``where`` changed: capacity only shrinks, so the nodes before
+    # and between them still have no room and first-fit would choose the same.
+    found: tuple[int, int, int, int, list[tuple[int, int]]] | None = None
+    # Pods of this class one node with a given free vector holds (bounded cache).
+    per_vector: dict[Vector, int] = field(default_factory=dict)
     # pick(free) = the free amounts of the requested resources, need = their per-pod requests
     # (C-level per-node checks); pick is None when the class requests nothing.
     pick: Callable[[Sequence[int]], tuple[int, ...]] | None = field(init=False, default=None)
@@ -67,20 +141,48 @@ class FitClass:
             self.pick = itemgetter(*picked)
             self.need = tuple(self.request[i] for i in picked)
 
+    def pods_on(self, free: Sequence[int]) -> int:
+        """Pods of this class a node with ``free`` capacity holds (<= 0: none)."""
+        pick = self.pick
+        if pick is None:  # requests nothing: every node holds a pod, or unlimited pods
+            return 1 if self.one_pod_per_node else UNLIMITED
+        if self.one_pod_per_node:
+            return 1 if all(map(ge, pick(free), self.need)) else 0
+        most = min(map(floordiv, pick(free), self.need))
+        return UNLIMITED if most > UNLIMITED else most
+
+    def per_node(self, vector: Vector) -> int:
+        """`pods_on` for a bucket's vector, cached."""
+        cache = self.per_vector
+        pods = cache.get(vector)
+        if pods is None:
+            if len(cache) >= 4096:
+                cache.clear()
+            pods = cache[vector] = self.pods_on(vector)
+        return pods
+
 
 class Cluster:
-    """Free node capacity for one plan."""
+    """Free node capacity: the state at the start of a plan (kept between plans) and, during a
+    plan, an overlay of the nodes that plan placed pods on."""
 
     __slots__ = (
-        "_eligible",
+        "_pools",
         "_shapes",
+        "_without",
         "capacity",
+        "current",
         "free",
+        "group_of",
         "groups",
+        "index",
         "names",
         "node_names",
+        "plan",
+        "pools_of",
         "shape_of",
         "touched",
+        "touched_nodes",
         "version",
     )
 
@@ -95,11 +197,15 @@ class Cluster:
         held = held or {}
         pods = names.index("pods") if "pods" in names else None
         self.capacity = [0] * len(names)  # total allocatable (DRF shares, size ratio)
-        self.version = 0  # bumped on every placement
-        self._eligible: dict[tuple[object, ...], list[int]] = {}
-        rows: list[tuple[list[int], str, int, int]] = []
+        self.version = 0  # bumped on every change of free capacity
+        self.plan = 0  # bumped by begin()
+        # Node ids follow names (ties in input order): within a bucket, id order is name order.
+        ordered = sorted(range(len(nodes)), key=[node.name for node in nodes].__getitem__)
+        self.node_names: list[str] = []
+        self.index: dict[str, int] = {}  # name -> id (the first, were names repeated)
         group_of: dict[tuple[object, ...], int] = {}
         self.groups: list[NodeGroup] = []
+        self.group_of: list[int] = []
         # Nodes mostly share a few allocatable shapes: convert each distinct Resources once.
         # Resources -> (allocatable vector, "pods" unlimited when not declared; shape id).
         shape_of: dict[Resources, tuple[list[int], int]] = {}
@@ -107,12 +213,20 @@ class Cluster:
         per_shape: list[int] = []  # nodes of each shape
         declared: list[list[int]] = []  # allocatable as declared, per shape (for capacity)
         used_of: dict[Resources, list[int]] = {}
-        for node in nodes:
+        self.free: list[Vector] = []
+        self.shape_of: list[int] = []  # node id -> shape id (for empty_room())
+        for k in ordered:
+            node = nodes[k]
+            n = len(self.node_names)
+            self.node_names.append(node.name)
+            self.index.setdefault(node.name, n)
             key = (tuple(sorted(node.labels.items())), node.taints)
             gid = group_of.get(key)
             if gid is None:
                 gid = group_of[key] = len(self.groups)
                 self.groups.append(NodeGroup(dict(node.labels), node.taints, []))
+            self.groups[gid].nodes.append(n)
+            self.group_of.append(gid)
             shape = shape_of.get(node.allocatable)
             if shape is None:
                 amounts = node.allocatable
@@ -134,39 +248,92 @@ class Cluster:
             taken = held.get(node.name)
             if taken is not None:
                 free = [f - t for f, t in zip(free, taken, strict=True)]
-            rows.append((free, node.name, sid, gid))
+            self.free.append(tuple(free))
+            self.shape_of.append(sid)
         capacity = self.capacity
         for vector, count in zip(declared, per_shape, strict=True):
             for i, amount in enumerate(vector):
                 capacity[i] += amount * count
-        # The fit order: least free first, then by name, so results do not depend on input order.
-        rows.sort(key=itemgetter(0, 1))
-        self.free: list[list[int]] = [row[0] for row in rows]
-        self.node_names = [row[1] for row in rows]
-        self.shape_of = [row[2] for row in rows]  # node index -> shape id (for empty_room())
         self._shapes = shapes
-        groups = self.groups
-        for n, row in enumerate(rows):
-            groups[row[3]].nodes.append(n)
-        # touched[n]: the version at which node n's free capacity last changed.
-        self.touched = [0] * len(rows)
+        self._pools: dict[tuple[object, ...] | bytes, Pool] = {}
+        self._without: dict[tuple[int, int], Pool] = {}
+        self.pools_of: list[list[Pool]] = [[] for _ in self.free]
+        # The overlay of the plan in progress (see begin()), indexed by node id: free capacity
+        # now of the nodes the plan placed pods on (None: as at the start), and the version
+        # of each one's last placement.
+        self.current: list[list[int] | None] = [None] * len(self.free)
+        self.touched: list[int] = [0] * len(self.free)
+        self.touched_nodes: list[int] = []
 
-    def eligible(
-        self, selector: Mapping[str, str], tolerations: tuple[Toleration, ...]
-    ) -> list[int]:
-        """Node indices (in fit order) a pod with this selector and these tolerations may use."""
+    # --- between plans ---------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Start a plan: capacity as it is now is the plan's starting point and fit order."""
+        self.plan += 1
+        self.version += 1
+        current = self.current
+        touched = self.touched
+        for n in self.touched_nodes:
+            current[n] = None
+            touched[n] = 0
+        self.touched_nodes = []
+
+    def adjust(self, n: int, demand: Iterable[tuple[int, int]]) -> None:
+        """Take ``demand`` ((resource index, amount) pairs; negative gives back) from node
+        ``n``'s free capacity. Not during a plan."""
+        old = self.free[n]
+        free = list(old)
+        for i, amount in demand:
+            free[i] -= amount
+        new = tuple(free)
+        if new == old:
+            return
+        self.free[n] = new
+        self.version += 1
+        for pool in self.pools_of[n]:
+            pool.move(n, old, new)
+
+    def shape(self, n: int) -> tuple[int, ...]:
+        """Node ``n``'s allocatable vector as the plan sees it (pods unlimited if undeclared)."""
+        return tuple(self._shapes[self.shape_of[n]])
+
+    # --- pools -----------------------------------------------------------------------------
+
+    def eligible(self, selector: Mapping[str, str], tolerations: tuple[Toleration, ...]) -> Pool:
+        """The pool of nodes a pod with this selector and these tolerations may use."""
         key: tuple[object, ...] = (tuple(sorted(selector.items())), tolerations)
-        nodes = self._eligible.get(key)
-        if nodes is None:
-            nodes = sorted(
-                n
-                for group in self.groups
-                if all(group.labels.get(k) == v for k, v in selector.items())
-                and tolerated(group.taints, tolerations)
-                for n in group.nodes
-            )
-            self._eligible[key] = nodes
-        return nodes
+        pool = self._pools.get(key)
+        if pool is None:
+            member = bytearray(len(self.free))
+            for group in self.groups:
+                if all(group.labels.get(k) == v for k, v in selector.items()) and tolerated(
+                    group.taints, tolerations
+                ):
+                    for n in group.nodes:
+                        member[n] = 1
+            pool = self._pools[key] = self._pool(bytes(member))
+        return pool
+
+    def without(self, pool: Pool, reserved: Pool) -> Pool:
+        """``pool`` minus the nodes of ``reserved``."""
+        key = (id(pool), id(reserved))
+        found = self._without.get(key)
+        if found is None:
+            member = bytes(a & (b ^ 1) for a, b in zip(pool.member, reserved.member, strict=True))
+            found = self._without[key] = self._pool(member)
+        return found
+
+    def _pool(self, member: bytes) -> Pool:
+        # Pools with the same nodes are one object (kept up to date once).
+        pool = self._pools.get(member)
+        if pool is None:
+            pool = self._pools[member] = Pool(member, self.free, self.shape_of)
+            for n, inside in enumerate(member):
+                if inside:
+                    self.pools_of[n].append(pool)
+        return pool
+
+    # --- fit questions -------------------------------------------------------------------
 
     def empty_room(self, fit: FitClass) -> int:
         """How many pods of ``fit`` the whole cluster holds with nothing running."""
@@ -177,7 +344,7 @@ class Cluster:
             nonzero = fit.nonzero
             per_node_cap = 1 if fit.one_pod_per_node else UNLIMITED
             total = 0
-            for sid, count in Counter(map(self.shape_of.__getitem__, fit.nodes)).items():
+            for sid, count in fit.pool.shapes.items():
                 allocatable = shapes[sid]
                 most = per_node_cap
                 for i in nonzero:
@@ -189,53 +356,127 @@ class Cluster:
             fit.empty_room = min(total, UNLIMITED)
         return fit.empty_room
 
+    def _start(self, fit: FitClass) -> None:
+        """Reset ``fit``'s per-plan state at its first question of a plan."""
+        fit.plan = self.plan
+        fit.offset = 0
+        fit.found = None
+        first = fit.request[0] if fit.request else 0
+        if first > 0 and fit.pick is not None:
+            # Buckets are sorted by free capacity, first resource first: the ones with less
+            # of it than one pod asks for come first and have no room.
+            fit.cursor = bisect.bisect_left(fit.pool.vectors, (first,))
+        else:
+            fit.cursor = 0
+
     def room(self, fit: FitClass) -> int:
         """How many pods of ``fit`` the free capacity holds now."""
-        if fit.room_version != self.version:
-            fit.room = self._count(fit, self.free, fit.cursor, UNLIMITED)[0]
-            fit.room_version = self.version
+        if fit.room_version == self.version:
+            return fit.room
+        if fit.plan != self.plan:
+            self._start(fit)
+        pool = fit.pool
+        vectors = pool.vectors
+        cursor = fit.cursor
+        total = 0
+        # Untouched nodes by arithmetic: per bucket, pods per node times its nodes...
+        if cursor < len(vectors):
+            buckets = pool.buckets
+            cache = fit.per_vector
+            for v in range(cursor, len(vectors)):
+                vector = vectors[v]
+                per_node = cache.get(vector)
+                if per_node is None:
+                    per_node = fit.per_node(vector)
+                if per_node > 0:
+                    total += per_node * len(buckets[vector].members)
+            # ... then touched nodes one by one, instead of what their bucket promised. (A
+            # touched node in a bucket before the cursor has no room and was not counted.)
+            first = vectors[cursor]
+            member = pool.member
+            start_of = self.free
+            current = self.current
+            for n in self.touched_nodes:
+                if member[n]:
+                    start = start_of[n]
+                    if start >= first:
+                        per_node = fit.per_node(start)
+                        if per_node > 0:
+                            total -= per_node
+                    now = current[n]
+                    assert now is not None
+                    pods = fit.pods_on(now)
+                    if pods > 0:
+                        total += pods
+        fit.room = min(total, UNLIMITED)
+        fit.room_version = self.version
         return fit.room
 
-    def _count(
-        self, fit: FitClass, capacity: list[list[int]], start: int, enough: int
-    ) -> tuple[int, list[tuple[int, int]]]:
-        """Pods of ``fit`` that ``capacity`` holds on fit.nodes[start:], stopping at ``enough``
-        (at least 1); and where (node index, pods)."""
+    def _find(self, fit: FitClass, enough: int) -> tuple[int, list[tuple[int, int]]]:
+        """Pods of ``fit`` the free capacity holds, in fit order from the cursor, stopping at
+        ``enough`` (at least 1); and where (node id, pods). Moves the cursor past the nodes with
+        no room for a pod of ``fit`` on the way."""
+        if fit.plan != self.plan:
+            self._start(fit)
+        pool = fit.pool
+        vectors = pool.vectors
+        buckets = pool.buckets
+        current = self.current
+        cache = fit.per_vector
         pick = fit.pick
         need = fit.need
-        nodes = fit.nodes
+        one_per_node = fit.one_pod_per_node
         total = 0
         where: list[tuple[int, int]] = []
-        if pick is None:  # requests nothing: every node holds a pod, or unlimited pods
-            most = 1 if fit.one_pod_per_node else UNLIMITED
-            for k in range(start, len(nodes)):
-                n = nodes[k]
-                if total + most >= enough:
-                    where.append((n, enough - total))
-                    return enough, where
-                total += most
-                where.append((n, most))
-            return total, where
-        if fit.one_pod_per_node:
-            for k in range(start, len(nodes)):
-                n = nodes[k]
-                if all(map(ge, pick(capacity[n]), need)):
-                    where.append((n, 1))
-                    total += 1
-                    if total >= enough:
-                        return enough, where
-            return total, where
-        for k in range(start, len(nodes)):
-            n = nodes[k]
-            most = min(map(floordiv, pick(capacity[n]), need))
-            if most > 0:
-                if most > UNLIMITED:
-                    most = UNLIMITED
-                if total + most >= enough:
-                    where.append((n, enough - total))
-                    return enough, where
-                total += most
-                where.append((n, most))
+        v = fit.cursor
+        start = fit.offset
+        leading = True  # no node with room seen yet: the cursor follows
+        end = len(vectors)
+        while v < end:
+            vector = vectors[v]
+            per_node = cache.get(vector)
+            if per_node is None:
+                per_node = fit.per_node(vector)
+            if per_node > 0:
+                bucket = buckets[vector]
+                order = bucket.order
+                if order is None:
+                    order = bucket.sorted()
+                if pick is None or one_per_node:
+                    for k in range(start, len(order)):
+                        n = order[k]
+                        now = current[n]
+                        if (
+                            now is not None
+                            and pick is not None
+                            and not all(map(ge, pick(now), need))
+                        ):
+                            continue
+                        if leading:
+                            fit.cursor, fit.offset, leading = v, k, False
+                        if total + per_node >= enough:
+                            where.append((n, enough - total))
+                            return enough, where
+                        total += per_node
+                        where.append((n, per_node))
+                else:
+                    # An untouched node holds per_node pods, a touched one what is left.
+                    for k in range(start, len(order)):
+                        n = order[k]
+                        now = current[n]
+                        pods = per_node if now is None else min(map(floordiv, pick(now), need))
+                        if pods > 0:
+                            if leading:
+                                fit.cursor, fit.offset, leading = v, k, False
+                            if total + pods >= enough:
+                                where.append((n, enough - total))
+                                return enough, where
+                            total += pods
+                            where.append((n, pods))
+            v += 1
+            start = 0
+        if leading:
+            fit.cursor, fit.offset = end, 0
         return total, where
 
     def fits(self, fit: FitClass, pods: int, want: int) -> bool:
@@ -248,7 +489,7 @@ class Cluster:
             fit.room = found
             fit.room_version = self.version
             return False
-        fit.found = (self.version, want, found, where)
+        fit.found = (self.plan, self.version, want, found, where)
         return True
 
     def place(self, fit: FitClass, want: int, at_least: int) -> tuple[dict[str, int], int] | None:
@@ -257,8 +498,13 @@ class Cluster:
         if fit.room_version == self.version and fit.room < at_least:
             return None
         cached = fit.found
-        if cached is not None and cached[1] == want and self._unchanged(cached[0], cached[3]):
-            found, where = cached[2], cached[3]
+        if (
+            cached is not None
+            and cached[0] == self.plan
+            and cached[2] == want
+            and self._unchanged(cached[1], cached[4])
+        ):
+            found, where = cached[3], cached[4]
         else:
             found, where = self._find(fit, want)
         if found < at_least:
@@ -271,9 +517,12 @@ class Cluster:
         placement: dict[str, int] = {}
         version = self.version = self.version + 1
         touched = self.touched
-        free_of = self.free
+        current = self.current
         for n, pods in where:
-            free = free_of[n]
+            free = current[n]
+            if free is None:
+                free = current[n] = list(self.free[n])
+                self.touched_nodes.append(n)
             for i in nonzero:
                 free[i] -= request[i] * pods
             placement[names[n]] = pods
@@ -285,43 +534,11 @@ class Cluster:
         touched = self.touched
         return all(touched[n] <= version for n, _ in where)
 
-    def _find(self, fit: FitClass, enough: int) -> tuple[int, list[tuple[int, int]]]:
-        """Like ``_count(fit, self.free, fit.cursor, enough)``, moving the cursor past the nodes
-        with no room for a pod of ``fit`` on the way."""
-        pick = fit.pick
-        start = fit.cursor
-        if pick is None:  # every node has room
-            return self._count(fit, self.free, start, enough)
-        need = fit.need
-        nodes = fit.nodes
-        free_of = self.free
-        total = 0
-        where: list[tuple[int, int]] = []
-        end = len(nodes)
-        if fit.one_pod_per_node:
-            for k in range(start, end):
-                n = nodes[k]
-                if all(map(ge, pick(free_of[n]), need)):
-                    if not total:
-                        fit.cursor = k
-                    where.append((n, 1))
-                    total += 1
-                    if total >= enough:
-                        return enough, where
-        else:
-            for k in range(start, end):
-                n = nodes[k]
-                most = min(map(floordiv, pick(free_of[n]), need))
-                if most > 0:
-                    if not total:
-                        fit.cursor = k
-                    if most > UNLIMITED:
-                        most = UNLIMITED
-                    if total + most >= enough:
-                        where.append((n, enough - total))
-                        return enough, where
-                    total += most
-                    where.append((n, most))
-        if not total:
-            fit.cursor = end
-        return total, where
+
+def unique_names(nodes: Sequence[Node]) -> None:
+    """Raise PolicyError if two nodes share a name (an incremental planner keys nodes by it)."""
+    seen: set[str] = set()
+    for node in nodes:
+        if node.name in seen:
+            raise PolicyError(f'node "{node.name}": duplicate name; node names must be unique')
+        seen.add(node.name)

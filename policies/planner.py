@@ -1,15 +1,24 @@
 """The planner: which pending gangs to admit now, where their pods go, and why the rest wait.
 
-``plan(snapshot, policy)`` is pure: it reads the snapshot, works on private copies of free node
-capacity and quota usage, and returns `Decisions`. One call admits as many gangs as fit.
+Two doors to one algorithm:
+
+- ``plan(snapshot, policy)`` is pure: it builds the plan's starting state from the snapshot,
+  plans, and returns `Decisions`.
+- `Planner` keeps that starting state between plans (free node capacity in fit order, quota
+  usage, the waiting gangs screened and in queue order) and is told what changed (gangs that
+  became pending, were admitted, started, finished or were evicted; nodes). A plan then costs
+  what changed plus what the plan does, not the size of the cluster or of the backlog.
+  ``Planner.plan(now)`` returns exactly what ``plan(planner.snapshot(now), policy)`` returns
+  (tests/property/test_incremental_planner.py checks this on random sequences of changes).
 
 A plan, top to bottom:
 
-1. Index resources, apply gangs admitted earlier to free node capacity and to quota usage.
+1. Index resources, apply gangs admitted earlier to free node capacity and to quota usage
+   (`_State`; kept by a `Planner`).
 2. Screen every pending gang once: its queue exists and is a leaf; it could ever fit the
    cluster and its queue's quota (else NeverFits); it is not above its queue's size ratio
-   with ``action: Reject``.
-3. Order each leaf queue's gangs by priority, then submission.
+   with ``action: Reject``. (`_State`, when the gang is added.)
+3. Order each leaf queue's gangs by priority, then submission (a `_Line`, kept sorted).
 4. Size ratio: find the gang a big gang waits behind, if any, and the oldest big gang, which
    holds a reservation so younger gangs do not take the space it needs. Node-blind queues
    (``nodeFit: false``): find the oldest of their admitted gangs that has waited longer than
@@ -21,33 +30,50 @@ A plan, top to bottom:
    or blocks its queue (StrictFIFO) or everything (``strict-fifo``), as the policy says.
 6. Every gang still queued gets a reason.
 
+Steps 4-6 are a `_Cycle`: it works on the state without changing it (quota it takes is given
+back at the end; node placements live in the cluster's per-plan overlay).
+
 Within a plan, free capacity and quota headroom only shrink, so a gang passed over earlier in
 the plan would not fit later in the same plan: every gang is considered exactly once.
 
-Speed (issue 3; same decisions as the straightforward version, pinned by
-tests/unit/test_plan_regression.py): screening looks up what it needs once per queue and
-`Gang.screen_key` (gangs that differ only in size share a fit class, limits and size ratio
-threshold); the common gang (not elastic, not big, not never-fitting) costs one dict lookup and
-one tuple. Queue scans decide "quota short" once per (fit class, fewest pods) for as long as the
-queue's headroom is unchanged, and reuse the QuotaExhausted reason. Node fit keeps, per fit class,
-the last count and where the pods would go, valid while none of those nodes changed.
+Speed. Queue scans: while nothing is admitted, whether a gang can be admitted and why not
+depends only on its fit class, size and bigness (for gangs that are not elastic, and while no
+big gang holds a reservation); each such *verdict key* is a small int, a scan decides each key
+once and skips the gangs of keys already turned down with a C-level search. Reasons are not
+formatted per gang: the decisions carry, per scanned stretch of a queue, the verdict per key,
+and `PendingReasons` writes the gang -> reason mapping only when someone reads it. Node fit
+works per bucket of nodes with equal free capacity (policies/fit.py). The decisions are the
+same as the straightforward version's, pinned by tests/unit/test_plan_regression.py.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
-from operator import itemgetter
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache, partial
+from itertools import islice
+from operator import attrgetter, indexOf, itemgetter
 
 from policies import reasons
-from policies.decisions import Admission, Decisions, Reason
-from policies.fit import UNLIMITED, Cluster, FitClass
-from policies.model import Gang, Queue, Snapshot, SubmitStamp
+from policies.decisions import Admission, Decisions, PendingReasons, Reason
+from policies.fit import UNLIMITED, Cluster, FitClass, Pool, unique_names
+from policies.model import (
+    AdmittedGang,
+    Gang,
+    Node,
+    PolicyError,
+    Queue,
+    QueueTree,
+    ScreenKey,
+    Snapshot,
+    SubmitStamp,
+)
 from policies.quota import INF, QuotaState
 from policies.resources import Resources
 from policies.strategies import AdmissionPolicy, get_policy
 
-__all__ = ["PARTIAL_HOLD_AFTER", "plan"]
+__all__ = ["PARTIAL_HOLD_AFTER", "Planner", "plan"]
 
 PARTIAL_HOLD_AFTER = 10.0
 """Seconds an admitted gang of a node-blind queue may wait for its pods before node-blind
@@ -61,147 +87,227 @@ are not held."""
 def plan(snapshot: Snapshot, policy: str | AdmissionPolicy = "drf") -> Decisions:
     """Decide which pending gangs of ``snapshot`` to admit now; see the module docstring."""
     chosen = get_policy(policy) if isinstance(policy, str) else policy
-    return _Plan(snapshot, chosen).run()
+    return _Cycle(_State.from_snapshot(snapshot), chosen, snapshot.now, keep=False).run()
+
+
+# A screened pending gang: its order key (priority, then submission), a sequence number (ties
+# keep the order gangs were given in), the gang, its fit class, whether it is above its size
+# ratio, and its verdict key (-1: elastic, decided gang by gang).
+_Entry = tuple[tuple[int, float, int, str], int, Gang, FitClass, bool, int]
+_ORDER = itemgetter(0)
+_GANG = itemgetter(2)
+_VKEY = itemgetter(5)
+_ID = attrgetter("id")
+
+
+class _Line:
+    """One leaf queue's waiting gangs in queue order (and, for a `Planner`, those it
+    rejected, which a snapshot lists before them)."""
+
+    __slots__ = ("bigs", "entries", "leaf", "rejected", "vkeys")
+
+    def __init__(self, leaf: str) -> None:
+        self.leaf = leaf
+        self.entries: list[_Entry] = []
+        self.vkeys: list[int] = []  # entries' verdict keys (the scans' C-level skip reads them)
+        self.bigs: list[_Entry] = []  # entries above the size ratio, in queue order
+        self.rejected: dict[str, Gang] = {}
+
+    def insert(self, entry: _Entry) -> None:
+        entries = self.entries
+        at = _bisect(entries, entry)
+        entries.insert(at, entry)
+        self.vkeys.insert(at, entry[5])
+        if entry[4]:
+            bigs = self.bigs
+            bigs.insert(_bisect(bigs, entry), entry)
+
+    def remove(self, entry: _Entry) -> None:
+        entries = self.entries
+        at = _bisect(entries, entry)
+        del entries[at]
+        del self.vkeys[at]
+        if entry[4]:
+            bigs = self.bigs
+            del bigs[_bisect(bigs, entry)]
+
+
+def _bisect(entries: list[_Entry], entry: _Entry) -> int:
+    # (order key, sequence) is unique, so comparisons never reach the gang.
+    low, high = 0, len(entries)
+    key = (entry[0], entry[1])
+    while low < high:
+        middle = (low + high) // 2
+        probe = entries[middle]
+        if (probe[0], probe[1]) < key:
+            low = middle + 1
+        else:
+            high = middle
+    return low
 
 
 class _Class:
     """What screening learns once per (leaf queue, fit class); `Gang.screen_key` names it."""
 
-    __slots__ = ("append", "big_above", "fit", "missing", "most", "reject", "small")
+    __slots__ = (
+        "append",
+        "base",
+        "big_above",
+        "fit",
+        "line",
+        "missing",
+        "most",
+        "reject",
+        "small",
+    )
 
     def __init__(
         self,
         fit: FitClass,
-        entries: list[_Entry] | None,
+        line: _Line | None,
         most: int,
         big_above: float,
         reject: bool,
         missing: Reason | None = None,
     ) -> None:
         self.fit = fit
-        # Appends to the queue's screened gangs (shared by the queue's classes).
-        self.append = entries.append if entries is not None else _nowhere
+        self.line = line
+        self.append = line.entries.append if line is not None else _nowhere
         self.most = most  # most pods ever admissible
         self.big_above = big_above  # pods above which a gang is big
         self.reject = reject  # big gangs are rejected (size ratio action Reject)
         # A gang of at most this size is neither big nor never-fits (-1: not a leaf queue).
         self.small = min(most, big_above) if missing is None else -1
         self.missing = missing  # QueueNotFound reason when the queue is not a leaf
+        self.base = fit.serial << 42  # plus size << 1: a plain gang's verdict key (see _vkey)
 
 
-_UNKNOWN = Reason("", "")  # not yet in a memo
-
-# The fit class of gangs whose queue is not a leaf (never used).
-_NO_FIT = FitClass(request=(), nonzero=(), one_pod_per_node=False, nodes=[], restricted=False)
+def _vkey(fit: FitClass, size: int, big: bool) -> int:
+    """A gang's verdict key: its fit class, size and bigness in one int. Within one queue a fit
+    class is one screening class, and a gang that is not elastic has at most UNLIMITED (2**40)
+    pods."""
+    return fit.serial << 42 | size << 1 | big
 
 
 def _nowhere(entry: _Entry) -> None:  # pragma: no cover - gangs of a missing queue wait
     raise AssertionError("a gang of a missing queue was queued")
 
 
-# A screened pending gang: its order key (priority, then submission), the gang, its fit class,
-# whether it is above its size ratio, the fewest pods it may start with now, and whether the
-# plain quota check for that many pods decides when it is short (not for an elastic gang that
-# may shrink later: it gets ElasticWaiting from the full check).
-_Entry = tuple[tuple[int, float, int, str], Gang, FitClass, bool, int, bool]
+# The fit class of gangs whose queue is not a leaf (never used).
+_NO_POOL = Pool(b"", (), ())
+_NO_FIT = FitClass(request=(), nonzero=(), one_pod_per_node=False, pool=_NO_POOL, restricted=False)
+
+# Plans format the same few node-fit messages over and over.
+_no_fit = lru_cache(maxsize=4096)(reasons.no_fit)
 
 
-class _Plan:
-    """The working state of one plan. Not reusable."""
+def _resource_names(
+    nodes: Iterable[Node], tree: QueueTree, requests: Iterable[frozenset[tuple[str, int]]]
+) -> list[str]:
+    """Every resource nodes offer, gangs request or quotas name, sorted."""
+    seen: dict[str, None] = {}
+    for allocatable in {node.allocatable for node in nodes}:
+        seen.update(dict.fromkeys(allocatable))
+    for request in requests:
+        seen.update(dict.fromkeys(name for name, _ in request))
+    for queue in tree:
+        seen.update(dict.fromkeys(queue.nominal or ()))
+    return sorted(seen)
 
-    def __init__(self, snapshot: Snapshot, policy: AdmissionPolicy) -> None:
-        self.snapshot = snapshot
-        self.policy = policy
-        self.tree = snapshot.queues
-        self.now = snapshot.now
-        self.decisions = Decisions()
-        self.admitted = self.decisions.admitted
 
-        # 1. Resources, free node capacity, quota usage.
+class _State:
+    """What plans start from: free node capacity, quota usage, admitted gangs not yet running,
+    and the waiting gangs screened and in queue order. Built from a snapshot for one plan, or
+    kept by a `Planner` and changed by its deltas (never by a plan)."""
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        tree: QueueTree,
+        names: list[str],
+        held: Mapping[str, Sequence[int]] | None = None,
+    ) -> None:
+        self.tree = tree
+        self.names = names
+        self.index = {name: i for i, name in enumerate(names)}
+        self.pods = "pods" in self.index
         self.vectors: dict[Resources, tuple[int, ...]] = {}
-        self.names = self._resource_names()
-        self.index = {name: i for i, name in enumerate(self.names)}
-        held: dict[str, list[int]] = {}
-        admitted_usage: list[tuple[str, tuple[int, ...], int]] = []
-        for admitted in snapshot.admitted:
-            vector = self._vector(admitted.gang.pod_requests)
-            admitted_usage.append((admitted.gang.queue, vector, admitted.size))
-            for node, pods in admitted.placement.items():
-                taken = held.setdefault(node, [0] * len(self.names))
-                for i, amount in enumerate(vector):
-                    taken[i] += amount * pods
-        self.cluster = Cluster(snapshot.nodes, self.names, held)
-        self.quota = QuotaState(self.tree, self.names)
-        for queue, vector, size in admitted_usage:
-            if queue in self.tree:
-                self.quota.add(queue, [(i, amount * size) for i, amount in enumerate(vector)])
+        self.cluster = Cluster(nodes, names, held)
+        self.quota = QuotaState(tree, names)
         capacity = self.cluster.capacity
         self.inverse_capacity = [(i, 1.0 / c) for i, c in enumerate(capacity) if c > 0]
-
-        self.classes: dict[tuple[object, ...], FitClass] = {}
-        self.restricted: dict[int, FitClass] = {}  # id(fit class) -> variant minus reserved groups
+        self.fits: dict[tuple[object, ...], FitClass] = {}  # screen_key[1:] -> fit class
         self.dominant: dict[int, tuple[float, int]] = {}  # id(fit class) -> (share per pod, i)
         self.potential: dict[str, list[float]] = {}
-        # Many waiting gangs of a queue share a message; build each once.
-        self.quota_reasons: dict[tuple[str, int, float, float], Reason] = {}
-        # Per leaf: quota headroom -> ((fit class, pods) -> QuotaExhausted or None); see _scan.
-        self.short_memo: dict[
-            str, tuple[list[float], dict[tuple[FitClass, int], Reason | None]]
-        ] = {}
+        self.classes: dict[ScreenKey, _Class] = {}
+        # Fit classes minus the nodes reserved for a big gang: (id(fit), id(pool)) -> variant.
+        self.variants: dict[tuple[int, int], FitClass] = {}
+        # Verdict keys: (fit class, size, big) of gangs that are not elastic -> small int.
+        self.lines: dict[str, _Line] = {}  # leaf -> line, in order of the leaf's first gang
+        self.missing: dict[str, Reason] = {}  # gangs of a queue that is not a leaf
+        self.rejected: dict[str, Reason] = {}  # NeverFits / SizeRatioRejected
+        self.not_running: dict[str, AdmittedGang] = {}
+        self.seq = 0
 
-        # Size ratio state.
-        self.bigs: dict[str, list[_Entry]] = {}  # leaf -> its big gangs (screening order)
-        self.blocker: str | None = None  # a big gang admitted and not yet running
-        self.holder: Gang | None = None  # the oldest big gang: younger gangs keep off its nodes
-        # Set while a node-blind queue's admitted gang is stuck: node-blind queues admit nothing.
-        self.blind_hold: Reason | None = None
-        self.reserved: frozenset[int] = frozenset()  # node indices
-
-    # --- setup ---------------------------------------------------------------------------
-
-    def _resource_names(self) -> list[str]:
-        snapshot = self.snapshot
-        seen: dict[str, None] = {}
-        for allocatable in {node.allocatable for node in snapshot.nodes}:
-            seen.update(dict.fromkeys(allocatable))
-        # Per-pod requests as frozensets of (resource, amount) (see Gang.screen_key).
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot) -> _State:
         requests = {gang.screen_key[1] for gang in snapshot.pending}
         requests.update(admitted.gang.screen_key[1] for admitted in snapshot.admitted)
-        for request in requests:
-            seen.update(dict.fromkeys(name for name, _ in request))
-        for queue in self.tree:
-            seen.update(dict.fromkeys(queue.nominal or ()))
-        names = sorted(seen)
-        self._pods = "pods" in seen
-        return names
+        names = _resource_names(snapshot.nodes, snapshot.queues, requests)
+        width = len(names)
+        vectors: dict[Resources, tuple[int, ...]] = {}
+        index = {name: i for i, name in enumerate(names)}
+        pods = index.get("pods")
+        held: dict[str, list[int]] = {}
+        for admitted in snapshot.admitted:
+            vector = _vector(vectors, names, pods, admitted.gang.pod_requests)
+            for node, count in admitted.placement.items():
+                taken = held.get(node)
+                if taken is None:
+                    taken = held[node] = [0] * width
+                for i, amount in enumerate(vector):
+                    taken[i] += amount * count
+        state = cls(snapshot.nodes, snapshot.queues, names, held)
+        state.vectors = vectors
+        tree = state.tree
+        for admitted in snapshot.admitted:
+            queue = admitted.gang.queue
+            if queue in tree:
+                vector = state.vector(admitted.gang.pod_requests)
+                state.quota.add(
+                    queue, [(i, amount * admitted.size) for i, amount in enumerate(vector)]
+                )
+            if not admitted.running:
+                state.not_running[admitted.gang.id] = admitted
+        state.screen_all(snapshot.pending)
+        return state
 
-    def _vector(self, request: Resources) -> tuple[int, ...]:
+    # --- vectors and classes -------------------------------------------------------------
+
+    def vector(self, request: Resources) -> tuple[int, ...]:
         """Per-pod request over the plan's resources; every pod takes one of a node's pods."""
         vector = self.vectors.get(request)
         if vector is None:
-            values = [request[name] for name in self.names]
-            if self._pods:
-                pods = self.index["pods"]
-                values[pods] = max(values[pods], 1)
-            vector = self.vectors[request] = tuple(values)
+            vector = _vector(self.vectors, self.names, self.index.get("pods"), request)
         return vector
 
-    def _fit_class(self, gang: Gang) -> FitClass:
-        selector = gang.node_selector
-        tolerations = gang.tolerations
+    def fit_class(self, gang: Gang) -> FitClass:
         # Per-pod request, one-pod-per-node, node selector, tolerations.
         key = gang.screen_key[1:]
-        fit = self.classes.get(key)
+        fit = self.fits.get(key)
         if fit is None:
-            request = self._vector(gang.pod_requests)
+            selector = gang.node_selector
+            tolerations = gang.tolerations
+            request = self.vector(gang.pod_requests)
             fit = FitClass(
                 request=request,
                 nonzero=tuple(i for i, amount in enumerate(request) if amount > 0),
                 one_pod_per_node=gang.one_pod_per_node,
-                nodes=self.cluster.eligible(selector, tolerations),
+                pool=self.cluster.eligible(selector, tolerations),
                 restricted=bool(selector) or bool(tolerations),
+                serial=len(self.fits) + 1,
             )
-            self.classes[key] = fit
+            self.fits[key] = fit
             best, limiting = 0.0, 0
             for i, inverse in self.inverse_capacity:
                 share = request[i] * inverse
@@ -213,95 +319,39 @@ class _Plan:
             self.dominant[id(fit)] = (best, limiting)
         return fit
 
-    def _restricted(self, fit: FitClass) -> FitClass:
-        """``fit`` without the reserved node groups (for gangs younger than the holder)."""
-        variant = self.restricted.get(id(fit))
+    def restricted(self, fit: FitClass, reserved: Pool) -> FitClass:
+        """``fit`` without the reserved nodes (for gangs younger than the holder)."""
+        key = (id(fit), id(reserved))
+        variant = self.variants.get(key)
         if variant is None:
             variant = FitClass(
                 request=fit.request,
                 nonzero=fit.nonzero,
                 one_pod_per_node=fit.one_pod_per_node,
-                nodes=[n for n in fit.nodes if n not in self.reserved],
+                pool=self.cluster.without(fit.pool, reserved),
                 restricted=fit.restricted,
             )
-            self.restricted[id(fit)] = variant
+            self.variants[key] = variant
         return variant
 
-    # --- the plan ------------------------------------------------------------------------
-
-    def run(self) -> Decisions:
-        queued = self._screen()  # 2.
-        for entries in queued.values():  # 3.
-            entries.sort(key=_order)  # stable: ties keep snapshot order
-        self._size_ratio_state(queued)  # 4.
-        self._blind_hold_state()
-        self._admit(queued)  # 5. and 6.
-        return self.decisions
-
-    def _screen(self) -> dict[str, list[_Entry]]:
-        """Step 2: reasons for gangs that can never be admitted; the rest grouped by queue."""
-        tree = self.tree
-        pending = self.decisions.pending
-        rejected = self.decisions.rejected
-        now = self.now
-        queued: dict[str, list[_Entry]] = {}
-        classes: dict[tuple[object, ...], _Class] = {}
-        get = classes.get
-        for gang in self.snapshot.pending:
-            info = get(gang.screen_key)
-            if info is None:
-                info = classes[gang.screen_key] = self._class(gang, queued)
-            size = gang.size
-            minimum = gang.min_size
-            if minimum is None and size <= info.small:  # the common case: nothing to decide
-                info.append((gang.order_key, gang, info.fit, False, size, True))
-                continue
-            if info.missing is not None:
-                pending[gang.id] = info.missing
-                continue
-            fit = info.fit
-            if minimum is None:
-                minimum = floor = size
-                quick = True
-            elif now - gang.submitted.time >= gang.elastic_after:
-                floor = minimum
-                quick = True
-            else:
-                floor = size
-                quick = minimum >= size
-            if minimum > info.most:
-                rejected[gang.id] = self._never_fits(gang, fit, minimum)
-                continue
-            big = size > info.big_above
-            if big and info.reject:
-                leaf = gang.queue
-                ratio = tree.queues[leaf].size_ratio
-                assert ratio is not None
-                per_pod, limiting = self.dominant[id(fit)]
-                rejected[gang.id] = reasons.size_ratio_rejected(
-                    leaf, self.names[limiting], per_pod * size, ratio.ratio
-                )
-                continue
-            entry = (gang.order_key, gang, fit, big, floor, quick)
-            info.append(entry)
-            if big:
-                self.bigs.setdefault(gang.queue, []).append(entry)
-        return {leaf: entries for leaf, entries in queued.items() if entries}
-
-    def _class(self, gang: Gang, queued: dict[str, list[_Entry]]) -> _Class:
+    def _class(self, gang: Gang) -> _Class:
         """Screening facts for gangs like ``gang`` in its queue (see `_Class`)."""
         leaf = gang.queue
-        entries = queued.get(leaf)
-        if entries is None:
+        line = self.lines.get(leaf)
+        if line is None:
             if not self.tree.is_leaf(leaf):
-                return _Class(_NO_FIT, None, 0, INF, False, self._queue_not_found(leaf))
-            entries = queued[leaf] = []
-        fit = self._fit_class(gang)
+                missing = _Class(_NO_FIT, None, 0, INF, False, self._queue_not_found(leaf))
+                self.classes[gang.screen_key] = missing
+                return missing
+            line = self.lines[leaf] = _Line(leaf)
+        fit = self.fit_class(gang)
         queue = self.tree.queues[leaf]
         most, big_above = self._limits(queue, fit)
         ratio = queue.size_ratio
         reject = ratio is not None and ratio.action == "Reject"
-        return _Class(fit, entries, most, big_above, reject)
+        info = _Class(fit, line, most, big_above, reject)
+        self.classes[gang.screen_key] = info
+        return info
 
     def _limits(self, queue: Queue, fit: FitClass) -> tuple[int, float]:
         """For gangs of ``fit`` in ``queue``: the most pods the empty cluster and the queue's
@@ -343,28 +393,244 @@ class _Plan:
             return reasons.queue_not_found(name, below, cohort=True)
         return reasons.queue_not_found(name, tree.leaves, cohort=False)
 
-    def _size_ratio_state(self, queued: Mapping[str, Sequence[_Entry]]) -> None:
-        """Step 4: who big gangs are serialized behind; which big gang holds a reservation."""
+    # --- pending gangs -----------------------------------------------------------------------
+
+    def _screen(self, gang: Gang, info: _Class) -> _Entry | None:
+        """Step 2 for one gang that is not plain (see screen_all): its entry, or None when it
+        was rejected or its queue is missing."""
+        if info.missing is not None:
+            self.missing[gang.id] = info.missing
+            return None
+        fit = info.fit
+        size = gang.size
+        minimum = gang.min_size
+        if minimum is None:
+            minimum = size
+        if minimum > info.most:
+            self._reject(gang, info, self._never_fits(gang, fit, minimum))
+            return None
+        big = size > info.big_above
+        if big and info.reject:
+            leaf = gang.queue
+            ratio = self.tree.queues[leaf].size_ratio
+            assert ratio is not None
+            per_pod, limiting = self.dominant[id(fit)]
+            self._reject(
+                gang,
+                info,
+                reasons.size_ratio_rejected(
+                    leaf, self.names[limiting], per_pod * size, ratio.ratio
+                ),
+            )
+            return None
+        # An elastic gang's smallest size depends on how long it has waited: decided per plan.
+        vkey = -1 if minimum < size else _vkey(fit, size, big)
+        self.seq += 1
+        return (gang.order_key, self.seq, gang, fit, big, vkey)
+
+    def _reject(self, gang: Gang, info: _Class, reason: Reason) -> None:
+        self.rejected[gang.id] = reason
+        assert info.line is not None
+        info.line.rejected[gang.id] = gang
+
+    def screen_all(self, pending: Iterable[Gang]) -> None:
+        """Steps 2 and 3 for a whole snapshot: screen in snapshot order, then sort each queue."""
+        classes = self.classes
+        get = classes.get
+        seq = self.seq
+        for gang in pending:
+            info = get(gang.screen_key)
+            if info is None:
+                info = self._class(gang)
+            size = gang.size
+            if gang.min_size is None and size <= info.small:  # the common case: nothing to decide
+                seq += 1
+                info.append((gang.order_key, seq, gang, info.fit, False, info.base | size << 1))
+                continue
+            self.seq = seq
+            entry = self._screen(gang, info)
+            seq = self.seq
+            if entry is not None:
+                info.append(entry)
+                if entry[4]:
+                    assert info.line is not None
+                    info.line.bigs.append(entry)
+        self.seq = seq
+        vkey_of = _VKEY
+        for line in self.lines.values():
+            entries = line.entries
+            # Stable, and sequence numbers follow the input: the same as sorting by
+            # (order key, sequence), without comparing whole entries.
+            entries.sort(key=_ORDER)
+            line.vkeys = list(map(vkey_of, entries))
+            line.bigs.sort(key=_ORDER)
+
+    def add_pending(self, gang: Gang) -> _Entry | None:
+        info = self.classes.get(gang.screen_key)
+        if info is None:
+            info = self._class(gang)
+        entry = self._screen(gang, info)
+        if entry is not None:
+            assert info.line is not None
+            info.line.insert(entry)
+        return entry
+
+    def remove_pending(self, gang: Gang, entry: _Entry | None) -> None:
+        if entry is not None:
+            self.lines[gang.queue].remove(entry)
+        elif self.missing.pop(gang.id, None) is None:
+            del self.rejected[gang.id]
+            del self.lines[gang.queue].rejected[gang.id]
+
+    # --- admitted gangs ----------------------------------------------------------------------
+
+    def add_admitted(self, admitted: AdmittedGang, sign: int = 1) -> None:
+        """Account an admitted gang's placement and quota (``sign`` -1: release them)."""
+        gang = admitted.gang
+        vector = self.vector(gang.pod_requests)
+        cluster = self.cluster
+        index = cluster.index
+        for node, pods in admitted.placement.items():
+            n = index.get(node)
+            if n is not None:
+                cluster.adjust(n, [(i, sign * amount * pods) for i, amount in enumerate(vector)])
+        if gang.queue in self.tree:
+            size = sign * admitted.size
+            self.quota.add(gang.queue, [(i, amount * size) for i, amount in enumerate(vector)])
+        if sign > 0 and not admitted.running:
+            self.not_running[gang.id] = admitted
+        else:
+            self.not_running.pop(gang.id, None)
+
+
+def _vector(
+    cache: dict[Resources, tuple[int, ...]],
+    names: Sequence[str],
+    pods: int | None,
+    request: Resources,
+) -> tuple[int, ...]:
+    values = [request[name] for name in names]
+    if pods is not None:
+        values[pods] = max(values[pods], 1)
+    vector = cache[request] = tuple(values)
+    return vector
+
+
+def _fill_scan(
+    entries: list[_Entry],
+    vkeys: list[int],
+    start: int,
+    stop: int,
+    known: dict[int, Reason],
+    extras: dict[str, Reason] | None,
+    out: dict[str, Reason],
+) -> None:
+    """Reasons for a stretch of a queue one scan passed over (see _Cycle._scan): by verdict
+    key, then the gangs decided one by one (updating a key keeps its place in the dict)."""
+    ids = map(_ID, map(_GANG, islice(entries, start, stop)))
+    out.update(zip(ids, map(known.get, islice(vkeys, start, stop)), strict=False))  # type: ignore[arg-type]
+    if extras:
+        out.update(extras)
+
+
+def _fill_same(entries: list[_Entry], start: int, reason: Reason, out: dict[str, Reason]) -> None:
+    out.update(dict.fromkeys(map(_ID, map(_GANG, islice(entries, start, None))), reason))
+
+
+def _fill_one(gang_id: str, reason: Reason, out: dict[str, Reason]) -> None:
+    out[gang_id] = reason
+
+
+def _fill_all(reasons: Mapping[str, Reason], out: dict[str, Reason]) -> None:
+    out.update(reasons)
+
+
+# A queue as one plan sees it: leaf, entries, verdict keys, big entries.
+_View = tuple[str, list[_Entry], list[int], list[_Entry]]
+
+
+class _Cycle:
+    """Steps 4-6 of one plan over a `_State`. Not reusable. With ``keep`` the state outlives
+    the plan: quota taken is given back and reasons refer to copies of the queues."""
+
+    def __init__(self, state: _State, policy: AdmissionPolicy, now: float, keep: bool) -> None:
+        self.state = state
+        self.policy = policy
+        self.tree = state.tree
+        self.cluster = state.cluster
+        self.quota = state.quota
+        self.now = now
+        self.keep = keep
+        self.admitted: list[Admission] = []
+        self.taken: list[tuple[str, list[tuple[int, int]]]] = []  # quota to give back
+        # Reasons, in the order the plan decided them (see PendingReasons).
+        self.parts: list[Callable[[dict[str, Reason]], None]] = []
+        self.count = 0
+        # Many waiting gangs of a queue share a message; build each once.
+        self.quota_reasons: dict[tuple[str, int, float, float], Reason] = {}
+        # Size ratio state.
+        self.blocker: str | None = None  # a big gang admitted and not yet running
+        self.holder: Gang | None = None  # the oldest big gang: younger gangs keep off its nodes
+        self.reserved: Pool | None = None
+        # Set while a node-blind queue's admitted gang is stuck: node-blind queues admit nothing.
+        self.blind_hold: Reason | None = None
+
+    def run(self) -> Decisions:
+        state = self.state
+        self.cluster.begin()
+        views: list[_View] = []
+        for line in state.lines.values():
+            if line.entries:
+                if self.keep:  # the lines change after this plan; its reasons must not
+                    views.append((line.leaf, list(line.entries), list(line.vkeys), line.bigs))
+                else:
+                    views.append((line.leaf, line.entries, line.vkeys, line.bigs))
+        missing = dict(state.missing) if self.keep else state.missing
+        if missing:
+            self.parts.append(partial(_fill_all, missing))
+            self.count += len(missing)
+        try:
+            self._size_ratio_state(views)  # 4.
+            self._blind_hold_state()
+            self._admit(views)  # 5. and 6.
+        finally:
+            for leaf, demand in reversed(self.taken):
+                self.quota.add(leaf, [(i, -amount) for i, amount in demand])
+        if self.keep:
+            # A Planner's snapshot lists each queue's rejected gangs with the queue.
+            rejected = {
+                gang_id: state.rejected[gang_id]
+                for line in state.lines.values()
+                for gang_id in line.rejected
+            }
+        else:
+            rejected = state.rejected
+        return Decisions(self.admitted, PendingReasons(self.parts, self.count), rejected)
+
+    # --- step 4 --------------------------------------------------------------------------
+
+    def _size_ratio_state(self, views: Sequence[_View]) -> None:
+        """Who big gangs are serialized behind; which big gang holds a reservation."""
+        state = self.state
         tree = self.tree
         waiting: list[tuple[float, str]] = []
-        for admitted in self.snapshot.admitted:
+        for admitted in state.not_running.values():
             queue = tree.queues.get(admitted.gang.queue)
-            if admitted.running or queue is None or queue.size_ratio is None:
+            if queue is None or queue.size_ratio is None:
                 continue
-            request = self._vector(admitted.gang.pod_requests)
-            share = max((request[i] * inv for i, inv in self.inverse_capacity), default=0.0)
+            request = state.vector(admitted.gang.pod_requests)
+            share = max((request[i] * inv for i, inv in state.inverse_capacity), default=0.0)
             if share * admitted.size > queue.size_ratio.ratio:
                 waiting.append((admitted.admitted_at, admitted.gang.id))
         if waiting:
             self.blocker = min(waiting)[1]
             return
         oldest: tuple[SubmitStamp, Gang, FitClass] | None = None
-        bigs = self.bigs
-        for leaf in queued:
-            # The queue's big gangs, in queue order (a stable sort, like the queue's).
-            for _, gang, fit, _, _, _ in sorted(bigs.get(leaf, ()), key=_order):
+        for _, _, _, bigs in views:
+            for entry in bigs:  # the queue's big gangs, in queue order
+                gang = entry[2]
                 if oldest is None or gang.submitted < oldest[0]:
-                    oldest = (gang.submitted, gang, fit)
+                    oldest = (gang.submitted, gang, entry[3])
         if oldest is None:
             return
         _, gang, fit = oldest
@@ -376,14 +642,14 @@ class _Plan:
         # Whatever free capacity the holder may use, it needs (it needs at least all of it,
         # or it fits now and must not lose it to younger gangs planned before it).
         self.holder = gang
-        self.reserved = frozenset(fit.nodes)
+        self.reserved = fit.pool
 
     def _blind_hold_state(self) -> None:
-        """Step 4, node-blind queues: the oldest stuck gang they admitted, if any."""
+        """Node-blind queues: the oldest stuck gang they admitted, if any."""
         queues = self.tree.queues
         oldest: tuple[float, str] | None = None
-        for admitted in self.snapshot.admitted:
-            if admitted.running or self.now - admitted.admitted_at < PARTIAL_HOLD_AFTER:
+        for admitted in self.state.not_running.values():
+            if self.now - admitted.admitted_at < PARTIAL_HOLD_AFTER:
                 continue
             queue = queues.get(admitted.gang.queue)
             if queue is None or queue.node_fit:
@@ -412,8 +678,10 @@ class _Plan:
                     most, limiting = count, i
         return most, limiting, available
 
-    def _admit(self, queued: dict[str, list[_Entry]]) -> None:
-        """Steps 5 and 6: progressive filling over queue heads in the policy's order.
+    # --- steps 5 and 6 -------------------------------------------------------------------
+
+    def _admit(self, views: list[_View]) -> None:
+        """Progressive filling over queue heads in the policy's order.
 
         A gang that cannot be admitted now cannot be admitted later in this plan (capacity only
         shrinks), and passing it over changes nothing. So, unless the policy lets one head
@@ -424,135 +692,198 @@ class _Plan:
         """
         head_key = self.policy.head_key
         queues = self.tree.queues
-        if any(self.policy.blocking(queues[leaf]) == "all" for leaf in queued):
-            self._admit_eagerly(queued)
+        if any(self.policy.blocking(queues[view[0]]) == "all" for view in views):
+            self._admit_eagerly(views)
             return
         consider = self._consider
         scan = self._scan
         share = self._share
-        strict = {leaf: self.policy.blocking(queues[leaf]) == "queue" for leaf in queued}
+        strict = {view[0]: self.policy.blocking(queues[view[0]]) == "queue" for view in views}
+        by_leaf = {view[0]: view for view in views}
         position: dict[str, int] = {}
         heap: list[tuple[tuple[float | int | str, ...], str]] = []
         heappush = heapq.heappush
 
-        def push_next(leaf: str, at: int) -> None:
-            entries = queued[leaf]
+        def push_next(view: _View, at: int) -> None:
+            leaf, entries, _, _ = view
             queue = queues[leaf]
-            at = scan(entries, at, queue, strict[leaf])
+            at = scan(view, at, queue, strict[leaf])
             if at < len(entries):
                 position[leaf] = at
                 entry = entries[at]
-                gang = entry[1]
-                heappush(heap, (head_key(gang, queue, share(leaf, gang, entry[2])), leaf))
+                gang = entry[2]
+                heappush(heap, (head_key(gang, queue, share(leaf, gang, entry[3])), leaf))
 
-        for leaf in queued:
-            push_next(leaf, 0)
-        pending = self.decisions.pending
+        for view in views:
+            push_next(view, 0)
         heappop = heapq.heappop
         while heap:
             _, leaf = heappop(heap)
-            entries = queued[leaf]
+            view = by_leaf[leaf]
+            entries = view[1]
             at = position[leaf]
-            _, gang, fit, big, _, _ = entries[at]
+            _, _, gang, fit, big, _ = entries[at]
             reason = consider(gang, fit, big, queues[leaf], True)
             if reason is not None:
-                pending[gang.id] = reason
+                self._one(gang.id, reason)
                 if strict[leaf]:
                     self._block(entries, at + 1, gang)
                     continue
-            push_next(leaf, at + 1)
+            push_next(view, at + 1)
 
-    def _scan(self, entries: list[_Entry], at: int, queue: Queue, strict: bool) -> int:
+    def _scan(self, view: _View, at: int, queue: Queue, strict: bool) -> int:
         """The index of the first gang from ``at`` on that could be admitted now; records why
-        the ones before it cannot."""
-        pending = self.decisions.pending
-        consider = self._consider
-        leaf = queue.name
-        # Nothing is admitted during a scan, so the queue's quota headroom is fixed: most gangs
-        # of a queue that used its quota are turned down here without the full check, once per
-        # group of gangs that need the same quota (same fit class and smallest size).
-        available = self.quota.available(leaf)
+        the ones before it cannot.
+
+        Nothing is admitted during a scan, so quota headroom and free capacity are fixed: the
+        verdict on a gang that is not elastic depends only on its verdict key (fit class, size,
+        bigness), unless a big gang holds a reservation (then being younger than it matters,
+        and gangs are decided one by one). Gangs whose key was turned down are skipped by a
+        C-level search; their reasons are written when read.
+        """
+        _, entries, vkeys, _ = view
         end = len(entries)
-        # Per fit class and floor, the QuotaExhausted reason (None: quota suffices) for this
-        # headroom, kept while the headroom is unchanged (the same list from available()).
-        memo = self.short_memo.get(leaf)
-        if memo is None or memo[0] is not available:
-            memo = self.short_memo[leaf] = (available, {})
-        known = memo[1]
+        if at >= end:
+            return end
+        leaf = queue.name
+        available = self.quota.available(leaf)
+        verdict = self._verdict
+        consider = self._consider
         quota_reason = self._quota_reason
+        one_by_one = self.holder is not None
+        known: dict[int, Reason] = {}  # verdict key -> why its gangs wait (stays empty one by one)
+        extras: dict[str, Reason] | None = None  # gangs decided one by one
+        start = at
         while at < end:
-            _, gang, fit, big, floor, quick = entries[at]
-            if quick:
-                key = (fit, floor)
-                reason = known.get(key, _UNKNOWN)
-                if reason is _UNKNOWN:
-                    reason = None
-                    request = fit.request
-                    for i in fit.nonzero:
-                        if available[i] < request[i] * floor:
-                            reason = quota_reason(leaf, fit, floor, available)
-                            break
-                    known[key] = reason
-                # Short even at its smallest allowed size: no need for the full check.
-                if reason is None:
+            vkey = vkeys[at]
+            if vkey in known:
+                at += 1
+                if at < end and vkeys[at] in known:
+                    # A run of gangs turned down already: find where it ends in C.
+                    try:
+                        at += indexOf(map(known.__contains__, islice(vkeys, at, end)), False)
+                    except ValueError:
+                        at = end
+                continue
+            _, _, gang, fit, big, _ = entries[at]
+            if vkey >= 0 and not one_by_one:
+                # verdict(gang, ..., floor=size, quick=True), the quota part inline.
+                reason: Reason | None
+                size = gang.size
+                request = fit.request
+                for i in fit.nonzero:
+                    if available[i] < request[i] * size:
+                        reason = quota_reason(leaf, fit, size, available)
+                        break
+                else:
                     reason = consider(gang, fit, big, queue, False)
                     if reason is None:
-                        return at
+                        break
+                known[vkey] = reason
             else:
-                reason = consider(gang, fit, big, queue, False)
+                minimum = gang.min_size
+                if minimum is None:
+                    floor, quick = gang.size, True
+                elif self.now - gang.submitted.time >= gang.elastic_after:
+                    floor, quick = minimum, True
+                else:
+                    floor, quick = gang.size, minimum >= gang.size
+                reason = verdict(gang, fit, big, queue, available, floor, quick)
                 if reason is None:
-                    return at
-            pending[gang.id] = reason
-            if strict:
-                self._block(entries, at + 1, gang)
-                return end
+                    break
+                if extras is None:
+                    extras = {}
+                extras[gang.id] = reason
             at += 1
-        return end
+            if strict:
+                self._stretch(entries, vkeys, start, at, known, extras)
+                self._block(entries, at, gang)
+                return end
+        self._stretch(entries, vkeys, start, at, known, extras)
+        return at
+
+    def _verdict(
+        self,
+        gang: Gang,
+        fit: FitClass,
+        big: bool,
+        queue: Queue,
+        available: Sequence[float],
+        floor: int,
+        quick: bool,
+    ) -> Reason | None:
+        """None if ``gang`` could be admitted now; else why not. ``quick``: a queue short of
+        quota for ``floor`` pods is the reason, whatever else holds the gang back."""
+        if quick:
+            request = fit.request
+            for i in fit.nonzero:
+                if available[i] < request[i] * floor:
+                    return self._quota_reason(queue.name, fit, floor, available)
+        return self._consider(gang, fit, big, queue, False)
+
+    def _stretch(
+        self,
+        entries: list[_Entry],
+        vkeys: list[int],
+        start: int,
+        stop: int,
+        known: dict[int, Reason],
+        extras: dict[str, Reason] | None,
+    ) -> None:
+        if stop > start:
+            self.parts.append(partial(_fill_scan, entries, vkeys, start, stop, known, extras))
+            self.count += stop - start
 
     def _block(self, entries: list[_Entry], at: int, head: Gang) -> None:
-        blocked = reasons.strict_fifo_blocked(head.id)
-        pending = self.decisions.pending
-        for entry in entries[at:]:
-            pending[entry[1].id] = blocked
+        if at < len(entries):
+            reason = reasons.strict_fifo_blocked(head.id)
+            self.parts.append(partial(_fill_same, entries, at, reason))
+            self.count += len(entries) - at
 
-    def _admit_eagerly(self, queued: dict[str, list[_Entry]]) -> None:
+    def _one(self, gang_id: str, reason: Reason) -> None:
+        self.parts.append(partial(_fill_one, gang_id, reason))
+        self.count += 1
+
+    def _admit_eagerly(self, views: list[_View]) -> None:
         """Steps 5 and 6 for policies where one head may block every queue: every head takes
         its turn in key order, admissible or not."""
         head_key = self.policy.head_key
         blocking_of = self.policy.blocking
         queues = self.tree.queues
-        pending = self.decisions.pending
         share = self._share
-        position = dict.fromkeys(queued, 0)
+        by_leaf = {view[0]: view for view in views}
+        position = dict.fromkeys(by_leaf, 0)
         heap: list[tuple[tuple[float | int | str, ...], str]] = []
-        for leaf, entries in queued.items():
-            _, gang, fit, _, _, _ = entries[0]
+        for leaf, entries, _, _ in views:
+            _, _, gang, fit, _, _ = entries[0]
             heap.append((head_key(gang, queues[leaf], share(leaf, gang, fit)), leaf))
         heapq.heapify(heap)
         while heap:
             _, leaf = heapq.heappop(heap)
-            entries = queued[leaf]
+            entries = by_leaf[leaf][1]
             at = position[leaf]
-            _, gang, fit, big, _, _ = entries[at]
+            _, _, gang, fit, big, _ = entries[at]
             queue = queues[leaf]
             reason = self._consider(gang, fit, big, queue, True)
             at += 1
             if reason is not None:
-                pending[gang.id] = reason
+                self._one(gang.id, reason)
                 blocking = blocking_of(queue)
                 if blocking == "all":
                     blocked = reasons.strict_fifo_blocked(gang.id)
                     position[leaf] = at
                     for name in sorted(position):
-                        for entry in queued[name][position[name] :]:
-                            pending[entry[1].id] = blocked
+                        rest = by_leaf[name][1]
+                        if position[name] < len(rest):
+                            self.parts.append(partial(_fill_same, rest, position[name], blocked))
+                            self.count += len(rest) - position[name]
                     return
                 if blocking == "queue":
                     self._block(entries, at, gang)
                     at = len(entries)
             if at < len(entries):
                 position[leaf] = at
-                _, gang, fit, _, _, _ = entries[at]
+                _, _, gang, fit, _, _ = entries[at]
                 heapq.heappush(heap, (head_key(gang, queue, share(leaf, gang, fit)), leaf))
             else:
                 del position[leaf]
@@ -563,7 +894,7 @@ class _Plan:
         request = fit.request
         size = gang.size
         best = 0.0
-        for i, inverse in self.inverse_capacity:
+        for i, inverse in self.state.inverse_capacity:
             share = (usage[i] + request[i] * size) * inverse
             if share > best:
                 best = share
@@ -610,7 +941,8 @@ class _Plan:
         usable = fit
         holder = self.holder
         if holder is not None and gang is not holder and holder.submitted < gang.submitted:
-            usable = self._restricted(fit)
+            assert self.reserved is not None
+            usable = self.state.restricted(fit, self.reserved)
         cluster = self.cluster
         if admit:
             placed = cluster.place(usable, most, floor)
@@ -626,7 +958,7 @@ class _Plan:
             return reasons.reserved_for_older(holder.id)
         if minimum < size and not elastic_now and room >= minimum:
             return self._elastic_waiting(gang, room)
-        return reasons.no_fit(floor, gang.pod_requests, fit.one_pod_per_node, room, fit.restricted)
+        return _no_fit(floor, gang.pod_requests, fit.one_pod_per_node, room, fit.restricted)
 
     def _quota_reason(
         self, leaf: str, fit: FitClass, pods: int, available: Sequence[float]
@@ -639,7 +971,7 @@ class _Plan:
                 reason = self.quota_reasons.get(key)
                 if reason is None:
                     reason = self.quota_reasons[key] = reasons.quota_exhausted(
-                        leaf, self.names[i], key[2], key[3]
+                        leaf, self.state.names[i], key[2], key[3]
                     )
                 return reason
         raise AssertionError(f"queue {leaf}: quota suffices for {pods} pods")  # pragma: no cover
@@ -654,7 +986,10 @@ class _Plan:
         self, gang: Gang, fit: FitClass, big: bool, leaf: str, size: int, placement: dict[str, int]
     ) -> None:
         request = fit.request
-        self.quota.add(leaf, [(i, request[i] * size) for i in fit.nonzero])
+        demand = [(i, request[i] * size) for i in fit.nonzero]
+        self.quota.add(leaf, demand)
+        if self.keep:
+            self.taken.append((leaf, demand))
         self.admitted.append(Admission(gang.id, leaf, size, placement))
         if big:
             self.blocker = gang.id
@@ -663,4 +998,210 @@ class _Plan:
             self.holder = None
 
 
-_order = itemgetter(0)  # an entry's order key
+class Planner:
+    """An incremental planner: the state plans start from, kept up to date by the caller.
+
+    Tell it what changes: gangs that become pending (`add_pending`) or stop being pending
+    (`remove_pending`: admitted, deleted, failed), gangs admitted or started (`add_admitted`,
+    which replaces an earlier record of the same gang) and gangs that finished or were evicted
+    (`remove_admitted`), nodes (`set_nodes`) and queues (`set_queues`). ``plan(now)`` never
+    changes the state: admitting what it decided is the caller's report, as it would be for a
+    controller whose admission can still fail.
+
+    ``plan(now)`` returns the same `Decisions` as ``policies.plan(self.snapshot(now), policy)``.
+    A change costs O(its nodes and resources); a plan costs what it admits and the queues it
+    scans (see the module docstring), not a rebuild of the cluster or of the backlog. A change
+    of the set of resource names, of the nodes' shapes or labels, or of the queues rebuilds
+    the state at the next plan.
+
+    Example::
+
+        planner = Planner(nodes, tree)
+        for gang in pending:
+            planner.add_pending(gang)
+        decisions = planner.plan(now)
+        for admission in decisions.admitted:
+            gang = planner.remove_pending(admission.gang_id)
+            planner.add_admitted(AdmittedGang(gang, admission.size, admission.placement, now))
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        queues: QueueTree,
+        policy: str | AdmissionPolicy = "drf",
+    ) -> None:
+        self._policy = get_policy(policy) if isinstance(policy, str) else policy
+        unique_names(nodes)
+        self._nodes: tuple[Node, ...] = tuple(nodes)
+        self._tree = queues
+        self._pending: dict[str, Gang] = {}
+        self._entries: dict[str, _Entry | None] = {}  # gang id -> its entry in the state
+        self._admitted: dict[str, AdmittedGang] = {}
+        self._static_names = self._fixed_names()
+        self._requested: Counter[str] = Counter()  # resources pending/admitted gangs request
+        self._state: _State | None = None  # None: rebuild at the next plan
+
+    # --- what the planner holds ----------------------------------------------------------
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return self._nodes
+
+    @property
+    def queues(self) -> QueueTree:
+        return self._tree
+
+    @property
+    def pending(self) -> Mapping[str, Gang]:
+        return self._pending
+
+    @property
+    def admitted(self) -> Mapping[str, AdmittedGang]:
+        return self._admitted
+
+    # --- changes -------------------------------------------------------------------------
+
+    def add_pending(self, gang: Gang) -> None:
+        """``gang`` waits for admission."""
+        if gang.id in self._pending:
+            raise PolicyError(f"gang {gang.id}: already pending; remove it first")
+        self._pending[gang.id] = gang
+        self._count(gang, 1)
+        state = self._state
+        self._entries[gang.id] = state.add_pending(gang) if state is not None else None
+
+    def remove_pending(self, gang_id: str) -> Gang:
+        """``gang_id`` no longer waits (admitted, deleted or failed); returns the gang."""
+        gang = self._pending.pop(gang_id, None)
+        if gang is None:
+            raise PolicyError(f"gang {gang_id}: not pending")
+        entry = self._entries.pop(gang_id)
+        self._count(gang, -1)
+        state = self._state
+        if state is not None:
+            state.remove_pending(gang, entry)
+        return gang
+
+    def add_admitted(self, admitted: AdmittedGang) -> None:
+        """``admitted.gang`` holds its quota and placement (replacing an earlier record of the
+        same gang: e.g. ``running=True`` once it reached its minimum)."""
+        gang_id = admitted.gang.id
+        old = self._admitted.get(gang_id)
+        if old is not None:
+            if (
+                (old.gang is admitted.gang or old.gang == admitted.gang)
+                and old.size == admitted.size
+                and old.placement == admitted.placement
+            ):
+                self._admitted[gang_id] = admitted
+                state = self._state
+                if state is not None:
+                    state.not_running.pop(gang_id, None)
+                    if not admitted.running:
+                        state.not_running[gang_id] = admitted
+                return
+            self.remove_admitted(gang_id)
+        self._admitted[gang_id] = admitted
+        self._count(admitted.gang, 1)
+        if self._state is not None:
+            self._state.add_admitted(admitted)
+
+    def remove_admitted(self, gang_id: str) -> AdmittedGang:
+        """``gang_id`` released its quota and nodes (finished, evicted, deleted)."""
+        admitted = self._admitted.pop(gang_id, None)
+        if admitted is None:
+            raise PolicyError(f"gang {gang_id}: not admitted")
+        self._count(admitted.gang, -1)
+        if self._state is not None:
+            self._state.add_admitted(admitted, -1)
+        return admitted
+
+    def set_nodes(self, nodes: Sequence[Node]) -> None:
+        """The cluster's nodes now. Cheap when only nodes' ``used`` changed."""
+        unique_names(nodes)
+        nodes = tuple(nodes)
+        state = self._state
+        old = self._nodes
+        self._nodes = nodes
+        if state is None:
+            self._static_names = self._fixed_names()
+            return
+        if len(old) != len(nodes) or any(
+            a.name != b.name
+            or a.allocatable != b.allocatable
+            or a.labels != b.labels
+            or a.taints != b.taints
+            for a, b in zip(old, nodes, strict=True)
+        ):
+            self._static_names = self._fixed_names()
+            self._state = None
+            return
+        cluster = state.cluster
+        names = state.names
+        for a, b in zip(old, nodes, strict=True):
+            if a.used != b.used:
+                before, after = a.used, b.used
+                cluster.adjust(
+                    cluster.index[b.name],
+                    [(i, after[name] - before[name]) for i, name in enumerate(names)],
+                )
+
+    def set_queues(self, queues: QueueTree) -> None:
+        """The queue tree now (the state is rebuilt at the next plan)."""
+        self._tree = queues
+        self._static_names = self._fixed_names()
+        self._state = None
+
+    # --- planning ------------------------------------------------------------------------
+
+    def plan(self, now: float) -> Decisions:
+        """Decide which pending gangs to admit at ``now``; the state is left as it was."""
+        return _Cycle(self._ready(), self._policy, now, keep=True).run()
+
+    def snapshot(self, now: float) -> Snapshot:
+        """The snapshot ``plan(now)`` decides on: pending gangs of missing queues first, then
+        per leaf queue (in the order the planner met them) its rejected gangs, then the rest in
+        queue order."""
+        state = self._ready()
+        pending = [self._pending[gang_id] for gang_id in state.missing]
+        for line in state.lines.values():
+            pending.extend(line.rejected.values())
+            pending.extend(map(_GANG, line.entries))
+        return Snapshot(self._nodes, self._tree, list(self._admitted.values()), pending, now)
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _fixed_names(self) -> frozenset[str]:
+        names: set[str] = set()
+        for node in self._nodes:
+            names.update(node.allocatable)
+        for queue in self._tree:
+            names.update(queue.nominal or ())
+        return frozenset(names)
+
+    def _count(self, gang: Gang, delta: int) -> None:
+        """Track requested resource names; a name appearing or vanishing changes every vector,
+        so the state is rebuilt."""
+        requested = self._requested
+        for name, _ in gang.screen_key[1]:
+            count = requested[name] + delta
+            if count:
+                requested[name] = count
+            else:
+                del requested[name]
+            if name not in self._static_names and (count == 0 or count == delta):
+                self._state = None
+
+    def _ready(self) -> _State:
+        state = self._state
+        if state is None:
+            names = sorted(self._static_names | self._requested.keys())
+            state = _State(self._nodes, self._tree, names)
+            for admitted in self._admitted.values():
+                state.add_admitted(admitted)
+            entries = self._entries
+            for gang_id, gang in self._pending.items():
+                entries[gang_id] = state.add_pending(gang)
+            self._state = state
+        return state

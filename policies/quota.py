@@ -15,6 +15,8 @@ is ours). Per queue q and quota-governed resource r:
 
 Resources that no queue of a tree names in ``nominal`` are not limited in that tree. All vectors
 are lists indexed like the planner's resource names; amounts are ints, "unlimited" is ``inf``.
+Integers keep the accounting exact whatever the order of additions and removals, which an
+incremental planner that adds and removes gangs for hours relies on.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ INF = math.inf
 
 
 class QuotaState:
-    """Mutable quota accounting for one plan: admitting a gang adds its demand to its leaf queue
-    and rolls the part above each level's guaranteed quota up the tree."""
+    """Mutable quota accounting: admitting a gang adds its demand to its leaf queue and rolls
+    the part above each level's guaranteed quota up the tree; a negative demand gives it back."""
 
     __slots__ = (
         "_available_cache",
@@ -53,10 +55,10 @@ class QuotaState:
         # governed[root] = indices of resources some queue of that tree names in nominal.
         self.governed: dict[str, list[int]] = {}
         self.path: dict[str, list[str]] = {}  # queue -> [queue, parent, ..., root]
-        self.subtree: dict[str, list[float]] = {}
-        self.guaranteed: dict[str, list[float]] = {}
-        self.borrowing: dict[str, list[float]] = {}
-        self.usage: dict[str, list[float]] = {}
+        self.subtree: dict[str, list[int]] = {}
+        self.guaranteed: dict[str, list[int]] = {}
+        self.borrowing: dict[str, list[float]] = {}  # int, or INF when not limited
+        self.usage: dict[str, list[int]] = {}
         self.version: dict[str, int] = {}  # per root: bumped when any usage in the tree changes
         self._available_cache: dict[str, tuple[int, list[float]]] = {}
 
@@ -76,7 +78,7 @@ class QuotaState:
             nominal = queue.nominal
             lending = queue.lending_limit
             borrowing = queue.borrowing_limit
-            subtree = [float(nominal[r]) if nominal is not None else 0.0 for r in names]
+            subtree = [nominal[r] if nominal is not None else 0 for r in names]
             for child in tree.children(name):
                 child_subtree = self.subtree[child]
                 child_guaranteed = self.guaranteed[child]
@@ -84,23 +86,22 @@ class QuotaState:
                     subtree[i] += child_subtree[i] - child_guaranteed[i]
             self.subtree[name] = subtree
             self.guaranteed[name] = [
-                max(0.0, subtree[i] - lending[r]) if lending is not None and r in lending else 0.0
+                max(0, subtree[i] - lending[r]) if lending is not None and r in lending else 0
                 for i, r in enumerate(names)
             ]
             self.borrowing[name] = [
-                float(borrowing[r]) if borrowing is not None and r in borrowing else INF
-                for r in names
+                borrowing[r] if borrowing is not None and r in borrowing else INF for r in names
             ]
-            self.usage[name] = [0.0] * width
+            self.usage[name] = [0] * width
         # Per queue, what available() reads: per governed resource i, the root's subtree quota,
         # the root's usage list, and top-down for each level below the root: (its subtree minus
         # guaranteed quota, guaranteed quota, usage list, borrowing limit) for resource i.
         # And for add(): bottom-up (usage list, guaranteed quota vector) of the whole path.
         self._down: dict[
             str,
-            list[tuple[int, float, list[float], list[tuple[float, float, list[float], float]]]],
+            list[tuple[int, int, list[int], list[tuple[int, int, list[int], float]]]],
         ] = {}
-        self._up: dict[str, list[tuple[list[float], list[float]]]] = {}
+        self._up: dict[str, list[tuple[list[int], list[int]]]] = {}
         for name, path in self.path.items():
             root = path[-1]
             below = list(reversed(path[:-1]))
@@ -130,15 +131,15 @@ class QuotaState:
         for i, amount in demand:
             if not amount:
                 continue
-            delta: float = amount
+            delta = amount
             for usage, guaranteed_of in up:
                 before = usage[i]
                 after = before + delta
                 usage[i] = after
                 guaranteed = guaranteed_of[i]
                 # What this level draws from its parent changes by the part above guaranteed.
-                above_after = after - guaranteed if after > guaranteed else 0.0
-                above_before = before - guaranteed if before > guaranteed else 0.0
+                above_after = after - guaranteed if after > guaranteed else 0
+                above_before = before - guaranteed if before > guaranteed else 0
                 delta = above_after - above_before
                 if not delta:
                     break
@@ -156,17 +157,17 @@ class QuotaState:
         cached = self._available_cache.get(queue)
         if cached is not None and cached[0] == version:
             return cached[1]
-        result = [INF] * len(self.usage[queue])
+        result: list[float] = [INF] * len(self.usage[queue])
         for i, root_subtree, root_usage, levels in self._down[queue]:
-            left = root_subtree - root_usage[i]
+            left: float = root_subtree - root_usage[i]
             for in_parent, guaranteed, usage_of, limit in levels:
                 usage = usage_of[i]
                 if limit != INF:
-                    used_in_parent = usage - guaranteed if usage > guaranteed else 0.0
+                    used_in_parent = usage - guaranteed if usage > guaranteed else 0
                     most = in_parent - used_in_parent + limit
                     if most < left:
                         left = most
-                left = (guaranteed - usage if guaranteed > usage else 0.0) + left
+                left = (guaranteed - usage if guaranteed > usage else 0) + left
             result[i] = left
         self._available_cache[queue] = (version, result)
         return result
@@ -177,7 +178,7 @@ class QuotaState:
         root = path[-1]
         result = [INF] * len(self.usage[queue])
         for i in self.governed.get(root, ()):
-            most = self.subtree[root][i]
+            most: float = self.subtree[root][i]
             for name in reversed(path[:-1]):
                 most = self.guaranteed[name][i] + most
                 limit = self.borrowing[name][i]
