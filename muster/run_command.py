@@ -441,7 +441,11 @@ def _run_one(args: argparse.Namespace, webhook_child: subprocess.Popen[bytes] | 
         # progress/diff-base annotations anywhere should a change handler ever be added.
         settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf")
         settings.persistence.diffbase_storage = _no_diff_base()
-        settings.batching.batch_window = 0.02
+        # Bounded per-object workers: kopf starts one per object with an event and keeps it
+        # idle_timeout seconds; unbounded, a 10k-Job LIST made 10k workers, each holding its
+        # object, at once. With a limit the watch stream waits for a free worker instead.
+        settings.queueing.worker_limit = 1000
+        settings.queueing.idle_timeout = 1.0
         # kopf's own initial LIST of each watched kind, in pages: all 10k Jobs parsed at once
         # were most of the controller's peak memory (the controller's LIST pages too).
         settings.watching.chunk_size = 500
