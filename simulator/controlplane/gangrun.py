@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +29,8 @@ JOB_NAME = "batch.kubernetes.io/job-name"
 
 RunStarted = Callable[[tuple[str, str], float, float], None]
 """on_start((namespace, gang), started at, completes at): a gang run began (epoch seconds)."""
+JobLookup = Callable[[str, str], Mapping[str, Any] | None]
+"""job_lookup(namespace, name): the Job's body as last seen, or None if not seen yet."""
 
 
 def rfc3339(seconds: float) -> str:
@@ -49,6 +51,7 @@ class GangRunner:
         live_only: bool = False,
         on_start: RunStarted | None = None,
         patch_workers: int = 1,
+        job_lookup: JobLookup | None = None,
     ):
         self.client = client
         self.path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
@@ -59,6 +62,9 @@ class GangRunner:
         if live_only:
             self.params["fieldSelector"] = "status.phase!=Succeeded,status.phase!=Failed"
         self.on_start = on_start
+        # Where a gang's Job is read from: a watch cache when the caller has one (a GET per new
+        # Job on this thread stalls every gang behind it when the apiserver is slow).
+        self.job_lookup = job_lookup
         # Pods patched with their completion time, and (patch_workers > 1) a pool that patches
         # in the background, so a slow apiserver delays the patches but never the next look:
         # a gang's run starts when its members run, not when earlier patches are through.
@@ -175,12 +181,18 @@ class GangRunner:
             return 1
         ref = (meta["namespace"], job)
         if ref not in self._minimum:
-            try:
-                body = self.client.get(f"/apis/batch/v1/namespaces/{ref[0]}/jobs/{job}")
-            except ApiError as exc:
-                if exc.status != 404:
-                    self.errors.append(exc.message)
-                return None
+            if self.job_lookup is not None:
+                found = self.job_lookup(ref[0], job)
+                if found is None:
+                    return None  # not seen yet: look again on the next pass
+                body = dict(found)
+            else:
+                try:
+                    body = self.client.get(f"/apis/batch/v1/namespaces/{ref[0]}/jobs/{job}")
+                except ApiError as exc:
+                    if exc.status != 404:
+                        self.errors.append(exc.message)
+                    return None
             values = {
                 **(body["metadata"].get("labels") or {}),
                 **(body["metadata"].get("annotations") or {}),
