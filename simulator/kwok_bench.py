@@ -23,7 +23,7 @@ from typing import Any
 
 EPILOG = """\
 examples:
-  muster bench kwok agree                                   # blog burst, time scale 25
+  muster bench kwok agree                                   # blog burst, time scale 10
   muster bench kwok agree --trace two-queues --time-scale 50 --json
   muster bench kwok throughput --pods 5000 --nodes 1000     # end-to-end pods/s
 """
@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="X",
-        help="trace seconds per wall second (default: 25 for agree, 60 for throughput)",
+        help="trace seconds per wall second (default: 10 for agree, 60 for throughput)",
     )
     parser.add_argument("--pods", type=int, default=5000, help="throughput: pods at least")
     parser.add_argument("--nodes", type=int, default=1000, help="throughput: kwok nodes")
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from simulator.trace import TraceError
 
     log = (lambda _m: None) if args.json else _stderr
-    scale = args.time_scale or (25.0 if args.what == "agree" else 60.0)
+    scale = args.time_scale or (10.0 if args.what == "agree" else 60.0)
     if scale <= 0:
         print("muster bench kwok: --time-scale must be positive", file=sys.stderr)
         return 2

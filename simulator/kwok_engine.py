@@ -185,6 +185,14 @@ def missing_binaries() -> list[Path]:
     return Binaries.at().missing()
 
 
+def _not_built(missing: Sequence[Path]) -> str:
+    return (
+        "the local control-plane binaries are not built (missing "
+        f"{', '.join(p.name for p in missing)}): run `muster cluster build` once (about 20 "
+        "min), or pass --kubeconfig of a running cluster"
+    )
+
+
 # --------------------------------------------------------------------------- the session
 
 
@@ -245,11 +253,7 @@ class KwokSession:
         if settings.kubeconfig is None:
             missing = missing_binaries()
             if missing:
-                raise KwokError(
-                    "the local control-plane binaries are not built (missing "
-                    f"{', '.join(p.name for p in missing)}): run `muster cluster build` once "
-                    "(about 20 min), or pass --kubeconfig of a running cluster"
-                )
+                raise KwokError(_not_built(missing))
             cluster = LocalCluster(name=settings.cluster_name, log=self.log)
             if cluster.is_healthy():
                 raise KwokError(
@@ -875,6 +879,9 @@ def replay(
 
     `figures`, if given, receives per admission the replay's own figures (looks at the cluster,
     submission lag, gang runs, wall time)."""
+    if settings.kubeconfig is None and missing_binaries():
+        # Before anything else is said: nothing else matters until they are built.
+        raise KwokError(_not_built(missing_binaries()))
     check_trace(trace, settings, log)
     results: list[EngineResult] = []
     with KwokSession(trace, settings, log) as session:

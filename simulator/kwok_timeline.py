@@ -589,6 +589,23 @@ class Timeline:
                 )
                 continue
             record.reason = reason or self._stuck_reason(record, horizon_reached)
+            seen = self.seen[record.index]
+            if (
+                not self.muster
+                and not horizon_reached
+                and record.state == HOLDING
+                and not record.clogs
+                and seen.first_bound is not None
+            ):
+                # Nothing can change any more, so this gang still holds its nodes when its clog
+                # timeout passes (the replay stopped watching before that): the clog the
+                # in-process engine's clog check counts at that time.
+                at = seen.first_bound + record.clog_timeout
+                record.clogs = 1
+                self.incidents.append(
+                    Incident(at, "clog", record.gang.id, self.queue_names[record.queue])
+                )
+                self.last_change = max(self.last_change, at)
             record.state = STUCK
         first_submit = min((r.submitted for r in self.gangs), default=self.origin)
         stuck = any(r.state == STUCK for r in self.gangs)

@@ -226,6 +226,21 @@ def test_timeline_counts_a_clog_once_without_admission() -> None:
     assert result.gangs[0].first_admitted is None
 
 
+def test_a_holding_gang_still_stuck_at_the_end_counts_its_clog() -> None:
+    trace = load("blog-burst")
+    timeline = Timeline(trace, expand(trace)[:1], "none", 25.0, {"default": "ns"})
+    timeline.start(0.0)
+    (gang,) = timeline.gangs
+    name = gang.gang.submitted.name
+    timeline.submitted(0, 0.0)
+    timeline.observe(1.0, [_job("ns", name, {})], [_pod("ns", name, "n1", "Running")])
+    assert gang.state == HOLDING and gang.clogs == 0
+    result = timeline.result(stuck_reasons={}, horizon_reached=False, end_wall=0, wall_seconds=1)
+    assert gang.state == STUCK and gang.clogs == 1
+    assert result.incidents[0].time == pytest.approx(25.0 + gang.clog_timeout)
+    assert result.end == pytest.approx(25.0 + gang.clog_timeout)
+
+
 def test_rejected_gangs_fail_as_in_process() -> None:
     trace = load("blog-burst")
     timeline = Timeline(trace, expand(trace)[:1], "muster", 25.0, {"default": "ns"})
