@@ -46,6 +46,11 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(("bench", "plan"), "simulator.bench_plan", "time policies.plan on a synthetic burst"),
     Command(("bench", "sim"), "simulator.bench_sim", "time the in-process simulator on a burst"),
+    Command(
+        ("bench", "kwok"),
+        "simulator.kwok_bench",
+        "kwok engine: agreement with in-process, pods/s end to end",
+    ),
     Command(("trace", "burst"), "simulator.trace_command", "generate a synthetic burst trace"),
     Command(("sweep",), "simulator.sweep", "find the smallest cluster meeting a wait-time SLO"),
     Command(("queues",), "muster.queues_command", "list queues: pending, admitted, usage, share"),
