@@ -18,7 +18,7 @@ order is fixed for the plan) and their current free capacity lives in a per-plan
 Within one plan free capacity only shrinks, so each fit class keeps a cursor: every node before
 it has no room for a pod of the class and never will again in this plan.
 
-The cluster outlives a plan: between plans, `adjust` moves a node to the bucket of its new free
+The cluster outlives a plan: between plans, `take` moves a node to the bucket of its new free
 capacity (gangs admitted or finished, pods of other owners), in O(pools of the node), so an
 incremental planner never rebuilds or re-sorts the node order.
 """
@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import floordiv, ge, itemgetter
+from itertools import repeat
+from operator import floordiv, ge, itemgetter, mul, sub
 
 from policies.model import Node, PolicyError, Taint, Toleration, tolerated
 from policies.resources import Resources
@@ -68,22 +69,26 @@ class _Bucket:
 class Pool:
     """The nodes some gangs may use, grouped by free capacity (see the module docstring)."""
 
-    __slots__ = ("buckets", "member", "shapes", "vectors")
+    __slots__ = ("buckets", "member", "orders", "plan", "shapes", "vectors")
 
-    def __init__(self, member: bytes, free: Sequence[Vector], shape_of: Sequence[int]) -> None:
+    def __init__(
+        self, member: bytes, nodes: Sequence[int], free: Sequence[Vector], shape_of: Sequence[int]
+    ) -> None:
         self.member = member  # member[node id] == 1 if the node is in the pool
         self.buckets: dict[Vector, _Bucket] = {}
-        self.shapes: Counter[int] = Counter()  # allocatable shape id -> nodes (empty_room)
+        # allocatable shape id -> nodes (empty_room)
+        self.shapes: Counter[int] = Counter(map(shape_of.__getitem__, nodes))
         buckets = self.buckets
-        for n, inside in enumerate(member):
-            if inside:
-                vector = free[n]
-                bucket = buckets.get(vector)
-                if bucket is None:
-                    bucket = buckets[vector] = _Bucket()
-                bucket.members.add(n)
-                self.shapes[shape_of[n]] += 1
+        for n in nodes:
+            vector = free[n]
+            bucket = buckets.get(vector)
+            if bucket is None:
+                bucket = buckets[vector] = _Bucket()
+            bucket.members.add(n)
         self.vectors: list[Vector] = sorted(buckets)  # the fit order of the buckets
+        # Per plan: each bucket's node order (None until a walk needs it), like vectors.
+        self.plan = -1
+        self.orders: list[list[int] | None] = []
 
     def move(self, n: int, old: Vector, new: Vector) -> None:
         buckets = self.buckets
@@ -126,8 +131,10 @@ class FitClass:
     # place() while no node in ``where`` changed: capacity only shrinks, so the nodes before
     # and between them still have no room and first-fit would choose the same.
     found: tuple[int, int, int, int, list[tuple[int, int]]] | None = None
-    # Pods of this class one node with a given free vector holds (bounded cache).
+    # Pods of this class one node with a given free vector holds (bounded cache), and per
+    # plan the same for each bucket of the pool, like pool.vectors.
     per_vector: dict[Vector, int] = field(default_factory=dict)
+    rooms: list[int] = field(default_factory=list)
     # pick(free) = the free amounts of the requested resources, need = their per-pod requests
     # (C-level per-node checks); pick is None when the class requests nothing.
     pick: Callable[[Sequence[int]], tuple[int, ...]] | None = field(init=False, default=None)
@@ -278,24 +285,17 @@ class Cluster:
             touched[n] = 0
         self.touched_nodes = []
 
-    def adjust(self, n: int, demand: Iterable[tuple[int, int]]) -> None:
-        """Take ``demand`` ((resource index, amount) pairs; negative gives back) from node
+    def take(self, n: int, request: Sequence[int], times: int) -> None:
+        """Take ``times`` x ``request`` (a vector; negative ``times`` gives back) from node
         ``n``'s free capacity. Not during a plan."""
         old = self.free[n]
-        free = list(old)
-        for i, amount in demand:
-            free[i] -= amount
-        new = tuple(free)
+        new = tuple(map(sub, old, map(mul, request, repeat(times))))
         if new == old:
             return
         self.free[n] = new
         self.version += 1
         for pool in self.pools_of[n]:
             pool.move(n, old, new)
-
-    def shape(self, n: int) -> tuple[int, ...]:
-        """Node ``n``'s allocatable vector as the plan sees it (pods unlimited if undeclared)."""
-        return tuple(self._shapes[self.shape_of[n]])
 
     # --- pools -----------------------------------------------------------------------------
 
@@ -327,10 +327,11 @@ class Cluster:
         # Pools with the same nodes are one object (kept up to date once).
         pool = self._pools.get(member)
         if pool is None:
-            pool = self._pools[member] = Pool(member, self.free, self.shape_of)
-            for n, inside in enumerate(member):
-                if inside:
-                    self.pools_of[n].append(pool)
+            nodes = [n for n, inside in enumerate(member) if inside]
+            pool = self._pools[member] = Pool(member, nodes, self.free, self.shape_of)
+            pools_of = self.pools_of
+            for n in nodes:
+                pools_of[n].append(pool)
         return pool
 
     # --- fit questions -------------------------------------------------------------------
@@ -361,11 +362,18 @@ class Cluster:
         fit.plan = self.plan
         fit.offset = 0
         fit.found = None
+        pool = fit.pool
+        vectors = pool.vectors
+        if pool.plan != self.plan:
+            pool.plan = self.plan
+            buckets = pool.buckets
+            pool.orders = [buckets[vector].order for vector in vectors]
+        fit.rooms = list(map(fit.per_node, vectors))
         first = fit.request[0] if fit.request else 0
         if first > 0 and fit.pick is not None:
             # Buckets are sorted by free capacity, first resource first: the ones with less
             # of it than one pod asks for come first and have no room.
-            fit.cursor = bisect.bisect_left(fit.pool.vectors, (first,))
+            fit.cursor = bisect.bisect_left(vectors, (first,))
         else:
             fit.cursor = 0
 
@@ -382,14 +390,11 @@ class Cluster:
         # Untouched nodes by arithmetic: per bucket, pods per node times its nodes...
         if cursor < len(vectors):
             buckets = pool.buckets
-            cache = fit.per_vector
+            rooms = fit.rooms
             for v in range(cursor, len(vectors)):
-                vector = vectors[v]
-                per_node = cache.get(vector)
-                if per_node is None:
-                    per_node = fit.per_node(vector)
+                per_node = rooms[v]
                 if per_node > 0:
-                    total += per_node * len(buckets[vector].members)
+                    total += per_node * len(buckets[vectors[v]].members)
             # ... then touched nodes one by one, instead of what their bucket promised. (A
             # touched node in a bucket before the cursor has no room and was not counted.)
             first = vectors[cursor]
@@ -419,10 +424,9 @@ class Cluster:
         if fit.plan != self.plan:
             self._start(fit)
         pool = fit.pool
-        vectors = pool.vectors
-        buckets = pool.buckets
+        orders = pool.orders
+        rooms = fit.rooms
         current = self.current
-        cache = fit.per_vector
         pick = fit.pick
         need = fit.need
         one_per_node = fit.one_pod_per_node
@@ -431,17 +435,13 @@ class Cluster:
         v = fit.cursor
         start = fit.offset
         leading = True  # no node with room seen yet: the cursor follows
-        end = len(vectors)
+        end = len(rooms)
         while v < end:
-            vector = vectors[v]
-            per_node = cache.get(vector)
-            if per_node is None:
-                per_node = fit.per_node(vector)
+            per_node = rooms[v]
             if per_node > 0:
-                bucket = buckets[vector]
-                order = bucket.order
+                order = orders[v]
                 if order is None:
-                    order = bucket.sorted()
+                    order = orders[v] = pool.buckets[pool.vectors[v]].sorted()
                 if pick is None or one_per_node:
                     for k in range(start, len(order)):
                         n = order[k]
@@ -518,11 +518,13 @@ class Cluster:
         version = self.version = self.version + 1
         touched = self.touched
         current = self.current
+        start = self.free
+        first_touch = self.touched_nodes.append
         for n, pods in where:
             free = current[n]
             if free is None:
-                free = current[n] = list(self.free[n])
-                self.touched_nodes.append(n)
+                free = current[n] = list(start[n])
+                first_touch(n)
             for i in nonzero:
                 free[i] -= request[i] * pods
             placement[names[n]] = pods

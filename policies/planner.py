@@ -48,12 +48,14 @@ same as the straightforward version's, pinned by tests/unit/test_plan_regression
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache, partial
 from itertools import islice
 from operator import attrgetter, indexOf, itemgetter
+from typing import TypeVar
 
 from policies import reasons
 from policies.decisions import Admission, Decisions, PendingReasons, Reason
@@ -94,7 +96,9 @@ def plan(snapshot: Snapshot, policy: str | AdmissionPolicy = "drf") -> Decisions
 # keep the order gangs were given in), the gang, its fit class, whether it is above its size
 # ratio, and its verdict key (-1: elastic, decided gang by gang).
 _Entry = tuple[tuple[int, float, int, str], int, Gang, FitClass, bool, int]
+_T = TypeVar("_T")
 _ORDER = itemgetter(0)
+_ORDER_SEQ = itemgetter(0, 1)
 _GANG = itemgetter(2)
 _VKEY = itemgetter(5)
 _ID = attrgetter("id")
@@ -134,16 +138,7 @@ class _Line:
 
 def _bisect(entries: list[_Entry], entry: _Entry) -> int:
     # (order key, sequence) is unique, so comparisons never reach the gang.
-    low, high = 0, len(entries)
-    key = (entry[0], entry[1])
-    while low < high:
-        middle = (low + high) // 2
-        probe = entries[middle]
-        if (probe[0], probe[1]) < key:
-            low = middle + 1
-        else:
-            high = middle
-    return low
+    return bisect.bisect_left(entries, (entry[0], entry[1]), key=_ORDER_SEQ)
 
 
 class _Class:
@@ -194,7 +189,7 @@ def _nowhere(entry: _Entry) -> None:  # pragma: no cover - gangs of a missing qu
 
 
 # The fit class of gangs whose queue is not a leaf (never used).
-_NO_POOL = Pool(b"", (), ())
+_NO_POOL = Pool(b"", (), (), ())
 _NO_FIT = FitClass(request=(), nonzero=(), one_pod_per_node=False, pool=_NO_POOL, restricted=False)
 
 # Plans format the same few node-fit messages over and over.
@@ -493,7 +488,7 @@ class _State:
         for node, pods in admitted.placement.items():
             n = index.get(node)
             if n is not None:
-                cluster.adjust(n, [(i, sign * amount * pods) for i, amount in enumerate(vector)])
+                cluster.take(n, vector, sign * pods)
         if gang.queue in self.tree:
             size = sign * admitted.size
             self.quota.add(gang.queue, [(i, amount * size) for i, amount in enumerate(vector)])
@@ -527,14 +522,21 @@ def _fill_scan(
 ) -> None:
     """Reasons for a stretch of a queue one scan passed over (see _Cycle._scan): by verdict
     key, then the gangs decided one by one (updating a key keeps its place in the dict)."""
-    ids = map(_ID, map(_GANG, islice(entries, start, stop)))
-    out.update(zip(ids, map(known.get, islice(vkeys, start, stop)), strict=False))  # type: ignore[arg-type]
+    ids = map(_ID, map(_GANG, islice(_from(entries, start), stop - start)))
+    out.update(zip(ids, map(known.get, _from(vkeys, start)), strict=False))  # type: ignore[arg-type]
     if extras:
         out.update(extras)
 
 
+def _from(items: list[_T], start: int) -> Iterator[_T]:
+    """An iterator over ``items[start:]`` in O(1) (islice would step over the first ``start``)."""
+    iterator = iter(items)
+    iterator.__setstate__(start)  # type: ignore[attr-defined]
+    return iterator
+
+
 def _fill_same(entries: list[_Entry], start: int, reason: Reason, out: dict[str, Reason]) -> None:
-    out.update(dict.fromkeys(map(_ID, map(_GANG, islice(entries, start, None))), reason))
+    out.update(dict.fromkeys(map(_ID, map(_GANG, _from(entries, start))), reason))
 
 
 def _fill_one(gang_id: str, reason: Reason, out: dict[str, Reason]) -> None:
@@ -761,7 +763,7 @@ class _Cycle:
                 if at < end and vkeys[at] in known:
                     # A run of gangs turned down already: find where it ends in C.
                     try:
-                        at += indexOf(map(known.__contains__, islice(vkeys, at, end)), False)
+                        at += indexOf(map(known.__contains__, _from(vkeys, at)), False)
                     except ValueError:
                         at = end
                 continue
@@ -1039,7 +1041,9 @@ class Planner:
         self._entries: dict[str, _Entry | None] = {}  # gang id -> its entry in the state
         self._admitted: dict[str, AdmittedGang] = {}
         self._static_names = self._fixed_names()
-        self._requested: Counter[str] = Counter()  # resources pending/admitted gangs request
+        # Resources pending/admitted gangs request that no node offers and no quota names.
+        self._requested: Counter[str] = Counter()
+        self._fixed_requests: set[frozenset[tuple[str, int]]] = set()  # requests of known names
         self._state: _State | None = None  # None: rebuild at the next plan
 
     # --- what the planner holds ----------------------------------------------------------
@@ -1121,37 +1125,34 @@ class Planner:
         """The cluster's nodes now. Cheap when only nodes' ``used`` changed."""
         unique_names(nodes)
         nodes = tuple(nodes)
-        state = self._state
         old = self._nodes
         self._nodes = nodes
-        if state is None:
-            self._static_names = self._fixed_names()
-            return
-        if len(old) != len(nodes) or any(
-            a.name != b.name
-            or a.allocatable != b.allocatable
-            or a.labels != b.labels
-            or a.taints != b.taints
-            for a, b in zip(old, nodes, strict=True)
+        state = self._state
+        if (
+            state is not None
+            and len(old) == len(nodes)
+            and all(
+                a.name == b.name
+                and a.allocatable == b.allocatable
+                and a.labels == b.labels
+                and a.taints == b.taints
+                for a, b in zip(old, nodes, strict=True)
+            )
         ):
-            self._static_names = self._fixed_names()
-            self._state = None
+            cluster = state.cluster
+            names = state.names
+            for a, b in zip(old, nodes, strict=True):
+                if a.used != b.used:
+                    before, after = a.used, b.used
+                    change = [after[name] - before[name] for name in names]
+                    cluster.take(cluster.index[b.name], change, 1)
             return
-        cluster = state.cluster
-        names = state.names
-        for a, b in zip(old, nodes, strict=True):
-            if a.used != b.used:
-                before, after = a.used, b.used
-                cluster.adjust(
-                    cluster.index[b.name],
-                    [(i, after[name] - before[name]) for i, name in enumerate(names)],
-                )
+        self._refix()
 
     def set_queues(self, queues: QueueTree) -> None:
         """The queue tree now (the state is rebuilt at the next plan)."""
         self._tree = queues
-        self._static_names = self._fixed_names()
-        self._state = None
+        self._refix()
 
     # --- planning ------------------------------------------------------------------------
 
@@ -1180,17 +1181,40 @@ class Planner:
             names.update(queue.nominal or ())
         return frozenset(names)
 
+    def _refix(self) -> None:
+        """Nodes or queues changed: resource names they fix, and the requested names beyond
+        those, are counted again; the state is rebuilt at the next plan."""
+        self._static_names = self._fixed_names()
+        self._fixed_requests.clear()
+        self._requested.clear()
+        for gang in self._pending.values():
+            self._count(gang, 1)
+        for admitted in self._admitted.values():
+            self._count(admitted.gang, 1)
+        self._state = None
+
     def _count(self, gang: Gang, delta: int) -> None:
         """Track requested resource names; a name appearing or vanishing changes every vector,
-        so the state is rebuilt."""
+        so the state is rebuilt. (Requests whose names nodes or quotas name anyway, the usual
+        case, are not counted.)"""
+        request = gang.screen_key[1]
+        fixed = self._fixed_requests
+        if request in fixed:
+            return
+        extra = [name for name, _ in request if name not in self._static_names]
+        if not extra:
+            if len(fixed) >= 4096:
+                fixed.clear()
+            fixed.add(request)
+            return
         requested = self._requested
-        for name, _ in gang.screen_key[1]:
+        for name in extra:
             count = requested[name] + delta
             if count:
                 requested[name] = count
             else:
                 del requested[name]
-            if name not in self._static_names and (count == 0 or count == delta):
+            if count == 0 or count == delta:
                 self._state = None
 
     def _ready(self) -> _State:

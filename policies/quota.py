@@ -40,6 +40,8 @@ class QuotaState:
     __slots__ = (
         "_available_cache",
         "_down",
+        "_plain",
+        "_root",
         "_up",
         "borrowing",
         "governed",
@@ -102,6 +104,7 @@ class QuotaState:
             list[tuple[int, int, list[int], list[tuple[int, int, list[int], float]]]],
         ] = {}
         self._up: dict[str, list[tuple[list[int], list[int]]]] = {}
+        self._plain: dict[str, tuple[list[list[int]], bytes]] = {}
         for name, path in self.path.items():
             root = path[-1]
             below = list(reversed(path[:-1]))
@@ -123,13 +126,25 @@ class QuotaState:
                 for i in self.governed.get(root, ())
             ]
             self._up[name] = [(self.usage[q], self.guaranteed[q]) for q in path]
+            # Resources nothing on the path guarantees: usage (never negative) is all above
+            # guaranteed, so a change rolls up whole.
+            self._plain[name] = (
+                [self.usage[q] for q in path],
+                bytes(all(self.guaranteed[q][i] == 0 for q in path) for i in range(width)),
+            )
+        self._root = {name: path[-1] for name, path in self.path.items()}
 
     def add(self, queue: str, demand: Iterable[tuple[int, int]]) -> None:
         """Account ``demand`` ((resource index, amount) pairs) to ``queue`` and roll the
         borrowed part up to the root."""
         up = self._up[queue]
+        chain, plain = self._plain[queue]
         for i, amount in demand:
             if not amount:
+                continue
+            if plain[i]:
+                for usage in chain:
+                    usage[i] += amount
                 continue
             delta = amount
             for usage, guaranteed_of in up:
@@ -143,7 +158,7 @@ class QuotaState:
                 delta = above_after - above_before
                 if not delta:
                     break
-        root = self.path[queue][-1]
+        root = self._root[queue]
         self.version[root] = self.version.get(root, 0) + 1
 
     def available(self, queue: str) -> list[float]:

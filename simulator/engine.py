@@ -2,9 +2,12 @@
 
 Two admission models share one cluster and one pod-level scheduler model:
 
-- ``muster``: at each decision point the engine builds a `policies.Snapshot` and calls the real
-  `policies.plan`; admitted gangs' pods are bound as the plan placed them (the scheduler finds
-  the same nodes), start after the pod start delay, and the gang runs once ``min`` pods run.
+- ``muster``: at each decision point the engine asks the real planner for decisions: a
+  `policies.Planner` that it tells what changed (gangs entering and leaving the lookahead
+  window, admitted, started, finished, evicted), which decides exactly as `policies.plan` on the
+  snapshot of that moment; admitted gangs' pods are bound as the plan placed them (the scheduler
+  finds the same nodes), start after the pod start delay, and the gang runs once ``min`` pods
+  run.
   An admitted gang with fewer than ``min`` running pods after its queue's clog timeout is
   evicted and requeued with the queue's backoff; past the backoff limit it fails.
 - ``none``: no gang admission. Every submitted gang's pods enter one scheduler queue in arrival
@@ -26,7 +29,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from policies import AdmittedGang, Gang, Node, QueueTree, Reason, Snapshot, plan
+from policies import (
+    AdmittedGang,
+    Decisions,
+    Gang,
+    Node,
+    Planner,
+    QueueTree,
+    Reason,
+    Snapshot,
+    plan,
+)
 from policies.model import tolerated
 from simulator.trace import SubmittedGang, Trace, expand
 
@@ -261,12 +274,25 @@ class Engine:
         self.placement_misses = 0  # admitted pods whose planned node no longer had room
         self.done = 0
 
-        # Muster: per-queue pending lists in queue order (lazy deletion), admitted gangs.
+        # Muster: per-queue pending lists in queue order (lazy deletion: ``stale`` counts the
+        # entries of gangs no longer pending), and the planner, which holds the admitted gangs
+        # and each queue's lookahead window: the first ``lookahead`` pending gangs in queue order.
         self.pending_lists: list[list[tuple[tuple[int, float, int, str], int]]] = [
             [] for _ in self.queue_names
         ]
         self.pending_count = [0] * len(self.queue_names)
-        self.admitted: dict[int, AdmittedGang] = {}
+        self.stale = [0] * len(self.queue_names)
+        self.planner = Planner(self.nodes, self.tree, config.policy) if self.muster else None
+        # Window members (gang indices), the entry of the last one taken (every pending entry
+        # up to it is a member), and whether an entry was inserted before it since the last
+        # cycle (then the window is taken again from the start of the list).
+        self.window: list[set[int]] = [set() for _ in self.queue_names]
+        self.window_last: list[tuple[tuple[int, float, int, str], int] | None] = [
+            None for _ in self.queue_names
+        ]
+        self.window_moved = [False] * len(self.queue_names)
+        self.elastic_members: set[int] = set()  # window members that may be ElasticWaiting
+        self.last_decisions: Decisions | None = None
         # Scheduler queue of unbound pods: (order key, gang index, attempt), one entry per pod.
         self.pod_queue: list[tuple[int, int, int]] = []
         self.new_gangs: list[int] = []  # submitted since the last scheduler pass (none)
@@ -352,6 +378,8 @@ class Engine:
                 self._integral_fair,
             )
         for record in unfinished:
+            if record.state == PENDING:
+                self._remember_reason(record)
             record.reason = _stuck_reason(record, horizon_reached)
             self._set_state(record, STUCK)
         if self.progress is not None:
@@ -436,15 +464,22 @@ class Engine:
             self.pod_queue_dirty = True
 
     def _enqueue_pending(self, record: GangRecord) -> None:
-        self.pending_count[record.queue] += 1
+        q = record.queue
+        self.pending_count[q] += 1
+        entry = (record.gang.order_key, record.index)
         if not record.in_pending_list:
             record.in_pending_list = True
-            entries = self.pending_lists[record.queue]
-            entry = (record.gang.order_key, record.index)
+            entries = self.pending_lists[q]
             if not entries or entries[-1] < entry:
                 entries.append(entry)
             else:
                 bisect.insort(entries, entry)
+        else:
+            self.stale[q] -= 1  # its old entry is live again
+        last = self.window_last[q]
+        if last is not None and entry <= last:
+            # It goes before (or is) a gang the window took: the window is taken again.
+            self.window_moved[q] = True
 
     def _bind(self, record: GangRecord, node: int, pods: int) -> None:
         vector = self.free[node]
@@ -476,8 +511,9 @@ class Engine:
         record.running_pods = 0
         self._set_waiting(record, 0)
         self.metrics_dirty = True
-        if self.muster:
-            self.admitted.pop(record.index, None)
+        if self.planner is not None:
+            if record.gang.id in self.planner.admitted:
+                self.planner.remove_admitted(record.gang.id)
             self.dirty = True
         if self.pod_queue:
             self.pod_queue_dirty = True
@@ -506,14 +542,16 @@ class Engine:
             self._set_waiting(record, 0)
             self._drop_queued_pods(record)
             self._push(self.now + record.runtime, _FINISH, record)
-            if self.muster:
-                previous = self.admitted[record.index]
-                self.admitted[record.index] = AdmittedGang(
-                    gang=previous.gang,
-                    size=previous.size,
-                    placement=previous.placement,
-                    admitted_at=previous.admitted_at,
-                    running=True,
+            if self.planner is not None:
+                previous = self.planner.admitted[record.gang.id]
+                self.planner.add_admitted(
+                    AdmittedGang(
+                        gang=previous.gang,
+                        size=previous.size,
+                        placement=previous.placement,
+                        admitted_at=previous.admitted_at,
+                        running=True,
+                    )
                 )
                 self.dirty = True  # the size-ratio rule looks at admitted-but-not-running gangs
 
@@ -568,61 +606,119 @@ class Engine:
             self._wake(slot)
         return False
 
-    def _pending_window(self) -> list[Gang]:
+    def _refresh_windows(self) -> int:
+        """Bring each queue's window up to date in the planner: the first ``lookahead``
+        pending gangs of the queue, in queue order (what a snapshot of this instant would list).
+        Returns how many gangs the windows hold."""
+        window = self.config.lookahead
+        total = 0
+        for q, entries in enumerate(self.pending_lists):
+            if self.stale[q] > 64 and self.stale[q] > len(entries) // 2:
+                self._compact(q)
+            members = self.window[q]
+            if self.window_moved[q]:
+                self._retake_window(q)
+            elif not window or len(members) < window:
+                gangs = self.gangs
+                last = self.window_last[q]
+                at = bisect.bisect_right(entries, last) if last is not None else 0
+                for k in range(at, len(entries)):
+                    entry = entries[k]
+                    record = gangs[entry[1]]
+                    if record.state != PENDING:
+                        continue
+                    self._enter_window(record)
+                    self.window_last[q] = entry
+                    if window and len(members) >= window:
+                        break
+            total += len(members)
+        return total
+
+    def _retake_window(self, q: int) -> None:
+        """Take queue ``q``'s window again from the start (a gang went before its members)."""
+        self.window_moved[q] = False
         window = self.config.lookahead
         gangs = self.gangs
-        pending: list[Gang] = []
-        for q, entries in enumerate(self.pending_lists):
-            if not self.pending_count[q]:
-                if entries:
-                    for _, index in entries:
-                        gangs[index].in_pending_list = False
-                    entries.clear()
-                continue
-            taken = 0
-            stale = 0
-            for _, index in entries:
-                record = gangs[index]
-                if record.state != PENDING:
-                    stale += 1
-                    continue
-                pending.append(record.gang)
-                taken += 1
-                if window and taken >= window:
+        chosen: list[int] = []
+        last = None
+        for entry in self.pending_lists[q]:
+            if gangs[entry[1]].state == PENDING:
+                chosen.append(entry[1])
+                last = entry
+                if window and len(chosen) >= window:
                     break
-            if stale > 64 and stale > taken:
-                live = []
-                for entry in entries:
-                    record = gangs[entry[1]]
-                    if record.state == PENDING:
-                        live.append(entry)
-                    else:
-                        record.in_pending_list = False
-                self.pending_lists[q] = live
-        return pending
+        members = self.window[q]
+        keep = set(chosen)
+        for index in sorted(members - keep):
+            # Pushed out while still pending: its reason stays the one of the last plan that
+            # saw it, as if every plan's reasons had been copied to every gang.
+            record = gangs[index]
+            self._leave_window(record)
+            self._remember_reason(record)
+        for index in chosen:
+            if index not in members:
+                self._enter_window(gangs[index])
+        self.window_last[q] = last
+
+    def _compact(self, q: int) -> None:
+        gangs = self.gangs
+        live = []
+        for entry in self.pending_lists[q]:
+            record = gangs[entry[1]]
+            if record.state == PENDING:
+                live.append(entry)
+            else:
+                record.in_pending_list = False
+        self.pending_lists[q] = live
+        self.stale[q] = 0
+
+    def _enter_window(self, record: GangRecord) -> None:
+        assert self.planner is not None
+        self.planner.add_pending(record.gang)
+        self.window[record.queue].add(record.index)
+        gang = record.gang
+        if gang.min < gang.size and gang.elastic_after > 0:
+            self.elastic_members.add(record.index)
+
+    def _leave_window(self, record: GangRecord) -> None:
+        """``record`` leaves the window: admitted, rejected or pushed out."""
+        assert self.planner is not None
+        self.planner.remove_pending(record.gang.id)
+        self.window[record.queue].discard(record.index)
+        self.elastic_members.discard(record.index)
+
+    def _remember_reason(self, record: GangRecord) -> None:
+        """``waiting_for`` = the last plan's reason for ``record``, if that plan saw it."""
+        if self.last_decisions is not None:
+            reason = self.last_decisions.pending.get(record.gang.id)
+            if reason is not None:
+                record.waiting_for = reason
 
     def _admit_cycle(self, now: float) -> None:
         self.dirty = False
-        pending = self._pending_window()
-        if not pending:
+        if not self._refresh_windows():
             return
-        snapshot = Snapshot(
-            nodes=self.nodes,
-            queues=self.tree,
-            admitted=list(self.admitted.values()),
-            pending=pending,
-            now=now,
-        )
+        planner = self.planner
+        assert planner is not None
         began = wallclock.perf_counter()
-        decisions = plan(snapshot, self.config.policy)
+        decisions = planner.plan(now)
         self.plan_seconds += wallclock.perf_counter() - began
         self.plan_calls += 1
+        if self.config.check:
+            self._check_decisions(decisions, now)
+        # Reasons are read only where they matter (elastic timers here, pushed-out and stuck
+        # gangs later): the planner builds them on the first read.
+        self.last_decisions = decisions
         for admission in decisions.admitted:
             record = self.by_id[admission.gang_id]
+            self._leave_window(record)
+            self.stale[record.queue] += 1
             self._admit(record, admission.size, admission.placement)
         for gang_id, reason in decisions.rejected.items():
             record = self.by_id[gang_id]
             if record.state == PENDING:
+                self._leave_window(record)
+                self.stale[record.queue] += 1
                 self.pending_count[record.queue] -= 1
                 self._set_waiting(record, 0)
                 self._set_state(record, FAILED)
@@ -630,14 +726,16 @@ class Engine:
                 self.incidents.append(
                     Incident(now, "fail", gang_id, self.queue_names[record.queue])
                 )
-        for gang_id, reason in decisions.pending.items():
-            record = self.by_id[gang_id]
-            record.waiting_for = reason
-            if reason.code == "ElasticWaiting":
-                wake = record.submitted + record.gang.elastic_after
-                if wake > now:
-                    self._wake(wake)
-                    self.dirty = True  # re-plan when the timer fires
+        for index in sorted(self.elastic_members):
+            record = self.gangs[index]
+            wake = record.submitted + record.gang.elastic_after
+            if wake <= now:
+                self.elastic_members.discard(index)  # elastic now: never ElasticWaiting again
+                continue
+            waiting = decisions.pending.get(record.gang.id)
+            if waiting is not None and waiting.code == "ElasticWaiting":
+                self._wake(wake)
+                self.dirty = True  # re-plan when the timer fires
 
     def _admit(self, record: GangRecord, size: int, placement: Mapping[str, int]) -> None:
         now = self.now
@@ -663,11 +761,9 @@ class Engine:
             # scheduler places the rest pod by pod, wherever they fit.
             self._queue_pods(record, [(0, record.index, record.attempt)] * (size - placed))
         self._set_waiting(record, size - placed)
-        self.admitted[record.index] = AdmittedGang(
-            gang=record.gang,
-            size=size,
-            placement=placement,
-            admitted_at=now,
+        assert self.planner is not None
+        self.planner.add_admitted(
+            AdmittedGang(gang=record.gang, size=size, placement=placement, admitted_at=now)
         )
         if placed:
             self._push(now + self.start_delay, _PODS_RUNNING, record, placed)
@@ -821,6 +917,28 @@ class Engine:
             if leading:
                 pod_class.cursor = position
         return None
+
+    def _check_decisions(self, decisions: Decisions, now: float) -> None:
+        """The planner saw what a snapshot of this instant shows (each queue's first
+        ``lookahead`` pending gangs, the admitted gangs) and decided as `policies.plan` does."""
+        window = self.config.lookahead
+        pending: list[Gang] = []
+        for q, entries in enumerate(self.pending_lists):
+            taken = [i for _, i in entries if self.gangs[i].state == PENDING]
+            taken = taken[:window] if window else taken
+            if set(taken) != self.window[q]:
+                raise AssertionError(f"queue {self.queue_names[q]}: window out of sync at {now}")
+            pending.extend(self.gangs[i].gang for i in taken)
+        assert self.planner is not None
+        admitted = list(self.planner.admitted.values())
+        expected = plan(Snapshot(self.nodes, self.tree, admitted, pending, now), self.config.policy)
+        if (
+            [(a.gang_id, a.size, dict(a.placement)) for a in decisions.admitted]
+            != [(a.gang_id, a.size, dict(a.placement)) for a in expected.admitted]
+            or dict(decisions.pending.items()) != dict(expected.pending.items())
+            or decisions.rejected != expected.rejected
+        ):
+            raise AssertionError(f"planner decisions differ from policies.plan at {now}")
 
     def _check_invariants(self) -> None:
         for node, vector in enumerate(self.free):
