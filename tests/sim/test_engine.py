@@ -175,3 +175,26 @@ def test_bench_sim_prints_one_json_line(capsys: Any) -> None:
     figures = json.loads(line)
     assert figures["gangs"] == 200 and figures["nodes"] == 20 and figures["wall_s"] >= 0
     assert figures["finished"] == 200
+
+
+def test_stuck_gangs_keep_the_last_reason_the_planner_gave_them() -> None:
+    # One node, held for the whole run by "hold". With a lookahead of one gang per queue:
+    # "early" waits in the window, then "urgent" (higher priority) pushes it out; "late" never
+    # enters the window. Each stuck gang's reason is the last one a plan gave it.
+    trace = tiny(
+        [
+            gang("hold", 1, runtime="1000s"),
+            gang("early", 1, submit={"at": "1s"}),
+            gang("urgent", 1, priority=5, submit={"at": "2s"}),
+            gang("late", 1, submit={"at": "3s"}),
+        ],
+        nodes=1,
+    )
+    result = simulate(trace, EngineConfig(lookahead=1, horizon=500.0))
+    reasons = {r.gang.id: r.reason for r in result.gangs if r.state == STUCK and r.started is None}
+    no_room = "NoFit: does not fit nodes: needs 1 nodes with 4 cpu free, 0 available"
+    assert reasons == {
+        "default/early-0": f"{no_room} (at the horizon)",
+        "default/urgent-0": f"{no_room} (at the horizon)",
+        "default/late-0": "NoFit: no pod of the gang fits a node (at the horizon)",
+    }

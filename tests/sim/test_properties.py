@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from simulator.engine import (
     FAILED,
@@ -14,7 +15,7 @@ from simulator.engine import (
     simulate,
 )
 from simulator.report import summarize
-from simulator.trace import Trace
+from simulator.trace import Trace, from_dict
 from tests.sim.strategies import traces
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -100,3 +101,58 @@ def test_none_never_holds_a_clogged_gang_without_counting_it(trace: Trace) -> No
         if r.state == STUCK and r.bound_pods:
             assert r.clogs == 1
         assert r.state != HOLDING
+
+
+@st.composite
+def busy_traces(draw: st.DrawFn) -> Trace:
+    """Traces where the muster engine's lookahead window moves in every way: priorities put
+    late gangs before earlier ones, a node-blind queue clogs and its gangs are evicted and
+    requeued, elastic gangs wait for their timer, a StrictFIFO queue blocks."""
+    groups = []
+    queues = ["fifo", "blind", "elastic"]
+    for i in range(draw(st.integers(2, 6))):
+        queue = draw(st.sampled_from(queues))
+        size = draw(st.integers(1, 5))
+        group: dict[str, object] = {
+            "name": f"g{i}",
+            "count": draw(st.integers(1, 6)),
+            "queue": queue,
+            "size": size,
+            "podRequests": {"cpu": str(draw(st.integers(1, 4)))},
+            "priority": draw(st.integers(0, 2)),
+            "runtime": f"{draw(st.integers(5, 80))}s",
+            "submit": {
+                "at": f"{draw(st.integers(0, 40))}s",
+                "interval": f"{draw(st.sampled_from([0, 1, 3, 9]))}s",
+            },
+        }
+        if queue == "elastic":
+            group["minSize"] = draw(st.integers(1, size))
+            group["elasticAfter"] = f"{draw(st.sampled_from([0, 5, 30]))}s"
+        groups.append(group)
+    document = {
+        "name": "busy",
+        "simulation": {"podStartDelay": "1s", "horizon": "2000s"},
+        "cluster": {"nodes": [{"count": draw(st.integers(2, 6)), "allocatable": {"cpu": "4"}}]},
+        "queues": [
+            {"name": "fifo", "strategy": "StrictFIFO", "clogTimeout": "20s"},
+            {
+                "name": "blind",
+                "nodeFit": False,
+                "clogTimeout": "15s",
+                "backoff": {"base": "5s", "max": "20s", "limit": 3},
+            },
+            {"name": "elastic", "clogTimeout": "20s", "sizeRatio": None},
+        ],
+        "jobs": groups,
+    }
+    return from_dict(document, source="hypothesis")
+
+
+@SETTINGS
+@given(busy_traces(), st.sampled_from([0, 1, 2, 5]), st.sampled_from(["drf", "fifo"]))
+def test_muster_engine_plans_as_plan_does(trace: Trace, lookahead: int, policy: str) -> None:
+    """check=True: at every decision the planner's window is each queue's first ``lookahead``
+    pending gangs and its decisions equal policies.plan on that snapshot."""
+    result = simulate(trace, EngineConfig(lookahead=lookahead, policy=policy, check=True))
+    assert {r.state for r in result.gangs} <= {FINISHED, FAILED, STUCK}
