@@ -149,6 +149,7 @@ class _Class:
         "base",
         "big_above",
         "fit",
+        "keys",
         "line",
         "missing",
         "most",
@@ -175,6 +176,7 @@ class _Class:
         self.small = min(most, big_above) if missing is None else -1
         self.missing = missing  # QueueNotFound reason when the queue is not a leaf
         self.base = fit.serial << 42  # plus size << 1: a plain gang's verdict key (see _vkey)
+        self.keys: dict[int, int] = {}  # size -> that key (see _State.screen_all)
 
 
 def _vkey(fit: FitClass, size: int, big: bool) -> int:
@@ -432,31 +434,30 @@ class _State:
         """Steps 2 and 3 for a whole snapshot: screen in snapshot order, then sort each queue."""
         classes = self.classes
         get = classes.get
-        seq = self.seq
+        # These lines are sorted once and never searched, so entries need no sequence number
+        # (a stable sort keeps the input order of ties); and a plain gang's verdict key comes
+        # from a small per-class table: no new int objects per gang in a memory-bound loop.
         for gang in pending:
             info = get(gang.screen_key)
             if info is None:
                 info = self._class(gang)
             size = gang.size
             if gang.min_size is None and size <= info.small:  # the common case: nothing to decide
-                seq += 1
-                info.append((gang.order_key, seq, gang, info.fit, False, info.base | size << 1))
+                vkey = info.keys.get(size)
+                if vkey is None:
+                    vkey = info.keys[size] = info.base | size << 1
+                info.append((gang.order_key, 0, gang, info.fit, False, vkey))
                 continue
-            self.seq = seq
             entry = self._screen(gang, info)
-            seq = self.seq
             if entry is not None:
                 info.append(entry)
                 if entry[4]:
                     assert info.line is not None
                     info.line.bigs.append(entry)
-        self.seq = seq
         vkey_of = _VKEY
         for line in self.lines.values():
             entries = line.entries
-            # Stable, and sequence numbers follow the input: the same as sorting by
-            # (order key, sequence), without comparing whole entries.
-            entries.sort(key=_ORDER)
+            entries.sort(key=_ORDER)  # stable: ties keep the input order
             line.vkeys = list(map(vkey_of, entries))
             line.bigs.sort(key=_ORDER)
 
