@@ -993,12 +993,12 @@ class Engine:
         cap_u = cap[ur] or 1
         util = sum(v[ur] for v in self.running_use) / cap_u
         alloc = sum(v[ur] for v in self.held) / cap_u
-        shares = [_dominant(v, cap) for v in self.running_use]
+        shares = [dominant_share(v, cap) for v in self.running_use]
         demands = [
-            min(1.0, _dominant([h + w for h, w in zip(held, wait, strict=True)], cap))
+            min(1.0, dominant_share([h + w for h, w in zip(held, wait, strict=True)], cap))
             for held, wait in zip(self.held, self.waiting, strict=True)
         ]
-        fair = _water_fill(demands, self.weights, sum(shares))
+        fair = water_fill(demands, self.weights, sum(shares))
         error = sum(max(0.0, f - s) for f, s in zip(fair, shares, strict=True))
         self._last_values = (util, alloc, error)
         if not self.config.record:
@@ -1040,7 +1040,8 @@ def _creation_second(entry: tuple[int, int, int]) -> int:
     return entry[0]
 
 
-def _dominant(vector: Sequence[int], capacity: Sequence[int]) -> float:
+def dominant_share(vector: Sequence[int], capacity: Sequence[int]) -> float:
+    """A usage vector's largest share of capacity (its dominant share)."""
     share = 0.0
     for amount, cap in zip(vector, capacity, strict=True):
         if cap > 0 and amount > 0:
@@ -1048,7 +1049,7 @@ def _dominant(vector: Sequence[int], capacity: Sequence[int]) -> float:
     return share
 
 
-def _water_fill(demands: Sequence[float], weights: Sequence[float], total: float) -> list[float]:
+def water_fill(demands: Sequence[float], weights: Sequence[float], total: float) -> list[float]:
     """Weighted max-min fair split of `total` (a dominant share) among queues, each capped by
     its demand."""
     fair = [0.0] * len(demands)

@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 
 from policies import Resources, Toleration
 from policies.vocabulary import GANG, GANG_RUNTIME, MIN_MEMBERS, QUEUE
-from simulator.controlplane.cluster import FAKE_NODE_ANNOTATION, FAKE_NODE_TAINT
+from simulator.controlplane.cluster import FAKE_NODE_TAINT, kwok_node
 from simulator.trace import QueueSpec, SubmittedGang, Trace
 
 SIM_RUN: Final = "muster.dev/sim-run"
@@ -97,31 +97,14 @@ def node_bodies(trace: Trace, run: str, *, prefix: str = "") -> list[NodePlan]:
         name = f"{prefix}{node.name}"
         allocatable = quantities(node.allocatable)
         allocatable.setdefault("pods", DEFAULT_PODS)
-        taints: list[dict[str, str]] = [dict(FAKE_NODE_TAINT)]
+        taints: list[dict[str, str]] = []
         for taint in node.taints:
             entry = {"key": taint.key, "effect": taint.effect}
             if taint.value:
                 entry["value"] = taint.value
             taints.append(entry)
-        body = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                "labels": {
-                    "type": "kwok",
-                    "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64",
-                    **dict(node.labels),
-                    HOSTNAME: name,
-                    SIM_RUN: run,
-                    SIM_NODE_GROUP: group,
-                },
-            },
-            "spec": {"taints": taints},
-            "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
-        }
+        labels = {**dict(node.labels), HOSTNAME: name, SIM_RUN: run, SIM_NODE_GROUP: group}
+        body = kwok_node(name, allocatable, labels, taints)
         plans.append(NodePlan(name=name, trace_name=node.name, body=body))
     return plans
 

@@ -46,6 +46,8 @@ from simulator.engine import (
     GangRecord,
     Incident,
     Sample,
+    dominant_share,
+    water_fill,
 )
 from simulator.trace import SubmittedGang, Trace
 
@@ -73,34 +75,6 @@ class _Seen:
     bound_wall: float | None = None
     running_wall: float | None = None
     job_ready_seen: bool = False  # the Job's status.ready reached minSize (what muster reads)
-
-
-def dominant_share(vector: Sequence[int], capacity: Sequence[int]) -> float:
-    share = 0.0
-    for amount, cap in zip(vector, capacity, strict=True):
-        if cap > 0 and amount > 0:
-            share = max(share, amount / cap)
-    return share
-
-
-def water_fill(demands: Sequence[float], weights: Sequence[float], total: float) -> list[float]:
-    """Weighted max-min split of `total` among queues, each capped by its demand (the fair
-    share of docs/simulator.md, as the in-process engine computes it)."""
-    fair = [0.0] * len(demands)
-    active = [i for i, d in enumerate(demands) if d > 0]
-    remaining = total
-    while active and remaining > 1e-12:
-        weight = sum(weights[i] for i in active)
-        satisfied = [i for i in active if demands[i] <= remaining * weights[i] / weight]
-        if not satisfied:
-            for i in active:
-                fair[i] = remaining * weights[i] / weight
-            break
-        for i in satisfied:
-            fair[i] = demands[i]
-            remaining -= demands[i]
-        active = [i for i in active if i not in satisfied]
-    return fair
 
 
 class Timeline:

@@ -14,9 +14,8 @@ from admission.kubeapi import ApiError, KubeClient
 from policies import Resources
 from policies.vocabulary import ADMITTED, EVICTIONS
 from simulator.controlplane.cluster import (
-    FAKE_NODE_ANNOTATION,
-    FAKE_NODE_TAINT,
     NODE_GROUP_LABEL,
+    kwok_node,
     wait_nodes_ready,
 )
 from tests.kube import job_condition, job_manifest
@@ -118,22 +117,9 @@ def create_nodes(
     """kwok nodes of one group with extra labels (and taints) per node; wait until Ready."""
     allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
     for name, labels in names_labels.items():
-        body = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                "labels": {
-                    "type": "kwok",
-                    "kubernetes.io/hostname": name,
-                    NODE_GROUP_LABEL: group,
-                    **labels,
-                },
-            },
-            "spec": {"taints": [FAKE_NODE_TAINT, *((taints or {}).get(name) or [])]},
-            "status": {"allocatable": allocatable, "capacity": allocatable},
-        }
+        body = kwok_node(
+            name, allocatable, {NODE_GROUP_LABEL: group, **labels}, (taints or {}).get(name) or ()
+        )
         try:
             kube.create("/api/v1/nodes", body)
         except ApiError as exc:

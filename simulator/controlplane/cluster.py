@@ -550,9 +550,14 @@ class LocalCluster:
         self.log(f"{ready} kwok nodes Ready in group {group!r} ({time.monotonic() - started:.1f}s)")
 
 
-def _create_node(client: KubeClient, name: str, shape: NodeShape, group: str) -> None:
-    allocatable = shape.allocatable()
-    body = {
+def kwok_node(
+    name: str,
+    allocatable: Mapping[str, str],
+    labels: Mapping[str, str],
+    taints: Sequence[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    """The body of a fake node that kwok manages (annotation), pods must tolerate (taint)."""
+    return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
@@ -563,13 +568,16 @@ def _create_node(client: KubeClient, name: str, shape: NodeShape, group: str) ->
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
-                NODE_GROUP_LABEL: group,
-                **shape.labels,
+                **labels,
             },
         },
-        "spec": {"taints": [FAKE_NODE_TAINT]},
-        "status": {"allocatable": allocatable, "capacity": allocatable},
+        "spec": {"taints": [dict(FAKE_NODE_TAINT), *(dict(t) for t in taints)]},
+        "status": {"allocatable": dict(allocatable), "capacity": dict(allocatable)},
     }
+
+
+def _create_node(client: KubeClient, name: str, shape: NodeShape, group: str) -> None:
+    body = kwok_node(name, shape.allocatable(), {NODE_GROUP_LABEL: group, **shape.labels})
     try:
         client.create("/api/v1/nodes", body)
     except ApiError as exc:

@@ -13,7 +13,7 @@ import pytest
 from admission.gangs import format_admitted, job_record, node_from, queue_from
 from policies import Resources, SizeRatio
 from policies.vocabulary import ADMITTED, EVICTED_REASON, EVICTIONS, GANG, STATE, SUBMITTED
-from simulator.engine import FAILED, FINISHED, HOLDING, PENDING, RUNNING, STUCK
+from simulator.engine import FAILED, FINISHED, HOLDING, PENDING, RUNNING, STUCK, water_fill
 from simulator.kwok_objects import (
     SIM_RUN,
     gang_object,
@@ -22,7 +22,7 @@ from simulator.kwok_objects import (
     queue_body,
     wall_duration,
 )
-from simulator.kwok_timeline import Timeline, water_fill
+from simulator.kwok_timeline import Timeline
 from simulator.trace import expand, from_dict, load
 
 TRACE: dict[str, Any] = {
