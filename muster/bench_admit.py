@@ -33,9 +33,10 @@ from typing import Any
 
 import yaml
 
-from admission.kubeapi import ApiError, KubeClient, WatchStream
+from admission.kubeapi import ApiError, KubeClient
 from policies.vocabulary import ADMITTED
 from simulator.controlplane.cluster import LocalCluster, NodeShape
+from simulator.kwok_watch import WatchCache
 
 REPO = Path(__file__).resolve().parent.parent
 QUEUES = "/apis/muster.dev/v1alpha1/queues"
@@ -193,30 +194,23 @@ class AdmissionWatch:
     time the annotation carries (a cycle stamps all its admissions with one time)."""
 
     def __init__(self, client: KubeClient, namespace: str) -> None:
-        self.client = client
-        self.path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
         self.seen: dict[str, float] = {}
-        self._stream: WatchStream | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._cache = WatchCache(
+            KubeClient(client.credentials),  # the watch cache closes its client when stopped
+            f"/apis/batch/v1/namespaces/{namespace}/jobs",
+            {},
+            name=f"admissions-{namespace}",
+            on_object=self._saw,
+        )
+
+    def _saw(self, job: dict[str, Any]) -> None:
+        meta = job.get("metadata") or {}
+        if ADMITTED in (meta.get("annotations") or {}):
+            self.seen.setdefault(meta.get("name", ""), time.time())
 
     def start(self) -> AdmissionWatch:
-        self._thread.start()
+        self._cache.start()
         return self
-
-    def _run(self) -> None:
-        version = self.client.get(self.path, params={"limit": "1"})["metadata"]["resourceVersion"]
-        while not self._stop.is_set():
-            stream = self.client.watch(self.path, {"resourceVersion": version}, 60)
-            self._stream = stream
-            try:
-                for event in stream:
-                    meta = (event.get("object") or {}).get("metadata") or {}
-                    version = meta.get("resourceVersion") or version
-                    if ADMITTED in (meta.get("annotations") or {}):
-                        self.seen.setdefault(meta.get("name", ""), time.time())
-            except (ApiError, OSError, ValueError):
-                time.sleep(0.5)
 
     def wait(self, count: int, timeout: float) -> list[float]:
         """Times at which Jobs were first seen admitted, once `count` were (or at the timeout)."""
@@ -226,10 +220,7 @@ class AdmissionWatch:
         return sorted(self.seen.values())
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._stream is not None:
-            self._stream.close()
-        self._thread.join(timeout=10)
+        self._cache.stop()
 
 
 def run(args: argparse.Namespace) -> int:

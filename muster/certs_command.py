@@ -19,7 +19,6 @@ import argparse
 import base64
 import datetime as dt
 import json
-import os
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +30,7 @@ import yaml
 from cryptography import x509
 
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
+from muster.view import kubeconfig_path
 from webhook.configuration import IN_CLUSTER_SERVICE
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
 from webhook.decision import WebhookSettings
@@ -336,18 +336,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _err(message: str) -> int:
     print(f"muster certs: {message}", file=sys.stderr)
     return 1
-
-
-def kubeconfig_path(given: str | None) -> Path | None:
-    """--kubeconfig, else the first file of $KUBECONFIG, else ~/.kube/config (as kubectl)."""
-    if given:
-        return Path(given).expanduser()
-    env = os.environ.get("KUBECONFIG")
-    if env:
-        paths = [Path(p).expanduser() for p in env.split(os.pathsep) if p]
-        return next((p for p in paths if p.exists()), paths[0] if paths else None)
-    home = Path.home() / ".kube" / "config"
-    return home if home.exists() else None
 
 
 def _client(args: argparse.Namespace) -> tuple[KubeClient, str]:

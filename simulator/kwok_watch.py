@@ -11,7 +11,7 @@ to the gang runner.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.client import HTTPException
 from typing import Any
@@ -30,6 +30,8 @@ class WatchCache:
     path: str
     params: Mapping[str, str]
     name: str = "watch"
+    on_object: Callable[[dict[str, Any]], None] | None = None
+    """Called on the watch's thread with each object listed or changed (not deleted)."""
     errors: list[str] = field(default_factory=list)
     relists: int = 0
     _objects: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -76,6 +78,9 @@ class WatchCache:
     def _list(self) -> str:
         listing = self.client.get(self.path, self.params)
         objects = {_uid(o): o for o in listing.get("items") or []}
+        if self.on_object is not None:
+            for obj in objects.values():
+                self.on_object(obj)
         with self._lock:
             self._objects = objects
         self.relists += 1
@@ -103,6 +108,8 @@ class WatchCache:
                         self._objects.pop(_uid(obj), None)
                     else:
                         self._objects[_uid(obj)] = obj
+                if kind != "DELETED" and self.on_object is not None:
+                    self.on_object(obj)
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
