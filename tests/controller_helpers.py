@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -94,7 +95,10 @@ def sampling(
     def run() -> None:
         with KubeClient(kube.credentials) as own:
             while not stop.wait(interval):
-                samples.append(all_jobs(own, namespace))
+                try:
+                    samples.append(all_jobs(own, namespace))
+                except (ApiError, OSError):
+                    continue  # a slow or refused LIST on a loaded apiserver: sample again
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -141,6 +145,27 @@ def delete_nodes(kube: KubeClient, group: str) -> None:
 def http_json(url: str, timeout: float = 30) -> Any:
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return json.load(response)
+
+
+def pending_reason(url: str, *codes: str) -> dict[str, Any] | None:
+    """The status service's answer for one gang once it carries a reason (one of `codes`, if
+    given), else None.
+
+    The service answers 404 until the controller's watch has seen the new Job; right after a
+    create that is a normal wait, not an error. Jobs and Queues arrive on separate watches, so a
+    gang created right after its Queue may first wait with QueueNotFound: pass the code the
+    test expects to wait past that.
+    """
+    try:
+        status: dict[str, Any] = http_json(url)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    reason = status.get("reason")
+    if not reason or (codes and reason.get("code") not in codes):
+        return None
+    return status
 
 
 def metric(metrics_url: str, name: str) -> float:

@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from admission.kubeapi import ApiError, KubeClient
+
 T = TypeVar("T")
 
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
@@ -67,3 +69,31 @@ def job_condition(job: dict[str, Any], kind: str) -> bool:
         c.get("type") == kind and c.get("status") == "True"
         for c in job.get("status", {}).get("conditions") or []
     )
+
+
+def create_through_webhook(
+    kube: KubeClient, path: str, body: dict[str, Any], *, timeout: float = 30
+) -> dict[str, Any]:
+    """Create `body`, retrying while the apiserver cannot call the webhook yet.
+
+    The apiserver picks up a new or changed MutatingWebhookConfiguration through an informer;
+    until it has, it may call the old endpoint, and with failurePolicy Fail the create is
+    refused (500, nothing stored). A 409 on a retry means an earlier try was stored after all.
+    """
+    name = body["metadata"]["name"]
+    deadline = time.monotonic() + timeout
+    tried = False
+    while True:
+        try:
+            return kube.create(path, body)
+        except ApiError as exc:
+            if exc.status == 409 and tried:
+                return kube.get(f"{path}/{name}")
+            if exc.status != 500 or "failed calling webhook" not in exc.message:
+                raise
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"the apiserver could not call the webhook for {timeout:.0f}s: {exc}"
+                ) from exc
+        tried = True
+        time.sleep(0.5)

@@ -131,6 +131,9 @@ class MiniClusterReconciler:
         self.interval = interval
         self.created: set[tuple[str, str]] = set()
         self.errors: list[str] = []
+        """Refusals (4xx) and failed polls: what a test should see none of."""
+        self.retried: list[str] = []
+        """Creates the apiserver failed for a passing reason (5xx, 429), tried again."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="minicluster-reconciler")
 
@@ -163,8 +166,14 @@ class MiniClusterReconciler:
                 # The namespace is going away with the MiniCluster in it: nothing to make.
                 self.created.add(key)
                 return True
+            if exc.status >= 500 or exc.status == 429:
+                # The apiserver could not call the webhook in time (failurePolicy Fail) or is
+                # overloaded: nothing was stored; the operator would retry, so do we.
+                self.retried.append(exc.message)
+                return False
             if exc.status != 409:
-                # The webhook may refuse the Job; the operator would retry, so do we.
+                # The webhook refused the Job: a real error, though we still retry like the
+                # operator would.
                 self.errors.append(exc.message)
                 return False
         self.created.add(key)

@@ -28,6 +28,7 @@ from tests.controller_helpers import (
     gang_job,
     http_json,
     jobs_path,
+    pending_reason,
 )
 from tests.kube import job_manifest, wait_for
 
@@ -78,7 +79,9 @@ def scene(
         found = Scene(namespace, q, muster.status_url, kubeconfig)
         for name in ("second", "third"):
             wait_for(
-                lambda name=name: found.service(name).get("reason"),  # type: ignore[misc]
+                lambda name=name: pending_reason(  # type: ignore[misc]
+                    f"{muster.status_url}/v1/gangs/{namespace}/{name}"
+                ),
                 timeout=30,
                 what=f"the controller's reason for {name}",
             )
@@ -222,8 +225,17 @@ def test_read_access_is_enough_and_missing_access_is_named(
         )["status"]["token"]
         viewer = tmp_path / "viewer.kubeconfig"
         viewer.write_text(_with_token(kubeconfig, token))
-        done = muster_cli("queues", "--kubeconfig", str(viewer), "-o", "json")
-        assert done.returncode == 0, done.stderr
+        # RBAC reaches the authorizer through an informer: the new binding may lag a moment.
+        done = wait_for(
+            lambda: (
+                d
+                if (d := muster_cli("queues", "--kubeconfig", str(viewer), "-o", "json")).returncode
+                == 0
+                else None
+            ),
+            timeout=30,
+            what="the viewer's ClusterRole to take effect",
+        )
 
         kube.patch(f"{rbac}/clusterroles/{name}", {"rules": rules[:2]})
         done = wait_for(

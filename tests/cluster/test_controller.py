@@ -33,10 +33,11 @@ from tests.controller_helpers import (
     job_cpu,
     jobs_path,
     metric,
+    pending_reason,
     sampling,
     wait_all_finished,
 )
-from tests.kube import wait_for
+from tests.kube import create_through_webhook, wait_for
 
 pytestmark = [pytest.mark.cluster]
 
@@ -57,7 +58,9 @@ def test_burst_in_two_queues_is_admitted_whole_in_order_within_quota(
             def submit(part: list[tuple[str, str]]) -> None:
                 with KubeClient(kube.credentials) as own:
                     for q, name in part:
-                        own.create(jobs_path(namespace), gang_job(name, q, pods=4, runtime="2s"))
+                        create_through_webhook(
+                            own, jobs_path(namespace), gang_job(name, q, pods=4, runtime="2s")
+                        )
 
             threads = [threading.Thread(target=submit, args=(names[i::4],)) for i in range(4)]
             for t in threads:
@@ -131,7 +134,7 @@ def test_unadmitted_unsuspend_is_suspended_again(
                 e["reason"] == "NotAdmitted"
                 for e in kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
             ),
-            timeout=10,
+            timeout=30,
             what="a NotAdmitted Event",
         )
     finally:
@@ -144,8 +147,8 @@ def test_two_gang_deadlock_is_broken_before_the_clog_timeout(
     """A holds a1+s1 and needs s2; B holds b1+s2 and needs s1: a wait-for cycle.
 
     The order is forced with a taint on s2 that only B tolerates, lifted once both are placed.
-    Pods run 20s, longer than the detector needs (grace 3s), so neither gang's pods finish and
-    free a node before the cycle is seen.
+    Pods run 60s, far longer than the detector needs (grace 3s) even on a loaded machine, so
+    neither gang's pods finish and free a node before the cycle is seen.
     """
     group = f"dl-{namespace}"[:60]
     nodes = {
@@ -175,7 +178,7 @@ def test_two_gang_deadlock_is_broken_before_the_clog_timeout(
         select = {NODE_GROUP_LABEL: group}
         kube.create(
             jobs_path(namespace),
-            gang_job("a", q, pods=3, cpu="6", runtime="20s", node_selector={**select, "dl-a": "1"}),
+            gang_job("a", q, pods=3, cpu="6", runtime="60s", node_selector={**select, "dl-a": "1"}),
         )
         wait_for(lambda: bound("a") == 2, timeout=60, what="2 pods of gang a bound")
         kube.create(
@@ -185,7 +188,7 @@ def test_two_gang_deadlock_is_broken_before_the_clog_timeout(
                 q,
                 pods=3,
                 cpu="6",
-                runtime="20s",
+                runtime="60s",
                 node_selector={**select, "dl-b": "1"},
                 tolerations=[{"key": "dl-hold", "operator": "Exists", "effect": "NoSchedule"}],
             ),
@@ -240,7 +243,9 @@ def test_status_service_serves_long_polls_from_the_cache(
         kube.create(jobs_path(namespace), gang_job("waiting", q, pods=2))
         url = f"{muster.status_url}/v1/gangs/{namespace}/waiting"
         status = wait_for(
-            lambda: (s := http_json(url)).get("reason") and s, timeout=30, what="a pending reason"
+            lambda: pending_reason(url, "NeverFits", "QuotaExhausted"),
+            timeout=60,
+            what="a pending reason",
         )
         assert status["state"] == "Pending" and status["queue"] == q
         assert status["position"] == 1
@@ -250,7 +255,10 @@ def test_status_service_serves_long_polls_from_the_cache(
         polls = asyncio.run(_long_polls(f"{url}?wait=3&since={status['version']}", 1000))
         after = metric(muster.metrics_url, "muster_api_requests_total")
         assert len(polls) == 1000 and all(p["state"] == "Pending" for p in polls)
-        assert after == before, f"status queries made {after - before} API requests"
+        # Served from the cache: 1000 polls that each touched the API would add >= 1000. The
+        # session's controller may make a few unrelated requests meanwhile (a watch reconnect,
+        # a Queue status write for another test's leftovers), hence the small allowance.
+        assert after - before <= 5, f"status queries made {after - before} API requests"
 
         # A long-poll returns as soon as the gang changes: give the queue room.
         results: list[list[dict[str, Any]]] = []
@@ -282,7 +290,9 @@ def test_namespace_selector_keeps_other_namespaces_waiting(
         kube.create(jobs_path(namespace), gang_job("outsider", q, pods=1, runtime="1s"))
         url = f"{muster.status_url}/v1/gangs/{namespace}/outsider"
         status = wait_for(
-            lambda: (s := http_json(url)).get("reason") and s, timeout=30, what="a pending reason"
+            lambda: pending_reason(url, "NamespaceNotAllowed"),
+            timeout=60,
+            what="the NamespaceNotAllowed reason",
         )
         assert status["state"] == "Pending"
         assert status["reason"]["code"] == "NamespaceNotAllowed", status

@@ -34,6 +34,7 @@ from tests.controller_helpers import (
     evictions,
     wait_all_finished,
 )
+from tests.kube import create_through_webhook
 
 pytestmark = [pytest.mark.cluster]
 
@@ -93,7 +94,7 @@ def run_burst(kube: KubeClient, namespace: str, queue: str) -> list[dict[str, An
     def submit(part: list[dict[str, Any]]) -> None:
         with KubeClient(kube.credentials) as own:
             for body in part:
-                own.create(path, body)
+                create_through_webhook(own, path, body)
 
     threads = [threading.Thread(target=submit, args=(gangs[i::8],)) for i in range(8)]
     reconciler = MiniClusterReconciler(kube, namespace).start()

@@ -77,6 +77,10 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "both",
         "--time-scale",
         "20",
+        # Stuck only after 15 quiet seconds, not 5: on a loaded CI machine admitting the next
+        # gang after the last one finished can take a few seconds.
+        "--stall",
+        "15",
         "--cluster-name",
         CLUSTER,
         "--out",

@@ -93,7 +93,11 @@ def test_only_the_active_replica_admits_and_a_standby_takes_over(
             timeout=120,
             what="the standby takes over after the active replica is killed",
         )
-        assert "this replica is active" in low.text()
+        wait_for(
+            lambda: "this replica is active" in low.text(),
+            timeout=15,
+            what="the standby logs that it is active",
+        )
         # The log line of an admission follows its PATCH: give it a moment to arrive.
         wait_for(
             lambda: admitted_here(low, namespace) >= set(second),
