@@ -39,8 +39,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=1000, help="Job creates per side")
     parser.add_argument("--concurrency", type=int, default=50, help="parallel creators")
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds per side")
+    parser.add_argument(
+        "--webhook-server",
+        choices=("lean", "kopf"),
+        default="lean",
+        help="which server muster run uses for reviews (see muster run --help)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line only")
-    parser.epilog = "example:\n  muster bench webhook --jobs 1000 --concurrency 50 --json"
+    parser.epilog = (
+        "examples:\n"
+        "  muster bench webhook --jobs 1000 --concurrency 50 --json\n"
+        "  muster bench webhook --jobs 400 --concurrency 1 --rounds 2 --webhook-server kopf"
+    )
 
 
 def _job(name: str) -> dict[str, Any]:
@@ -102,10 +112,11 @@ class _Round:
         )
 
 
-def _start_webhook(kubeconfig: Path, stack: ExitStack) -> dict[str, Any]:
+def _start_webhook(kubeconfig: Path, stack: ExitStack, server: str) -> dict[str, Any]:
     """Start `muster run --local`; return the configuration it registered."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "muster.cli", "run", "--local", "--kubeconfig", str(kubeconfig)],
+        [sys.executable, "-m", "muster.cli", "run", "--local", "--kubeconfig", str(kubeconfig)]
+        + ["--webhook-server", server],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -140,18 +151,14 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < args.rounds or args.concurrency < 1 or args.rounds < 1:
         print("muster bench webhook: need --jobs >= --rounds >= 1 and --concurrency >= 1")
         return 2
-    from simulator.bench_apiserver import bench_kubeconfig
+    from simulator.bench_apiserver import bench_kubeconfig, fresh_namespace
 
     with ExitStack() as stack:
         kubeconfig = bench_kubeconfig(args.kubeconfig, stack, quiet=args.json)
         client = stack.enter_context(KubeClient.from_kubeconfig(kubeconfig))
-        try:
-            client.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        fresh_namespace(client, NAMESPACE)
         stack.callback(client.delete, f"/api/v1/namespaces/{NAMESPACE}")
-        registered = _start_webhook(kubeconfig, stack)
+        registered = _start_webhook(kubeconfig, stack, args.webhook_server)
         config = {k: registered[k] for k in ("apiVersion", "kind", "webhooks")}
         config["metadata"] = {"name": registered["metadata"]["name"]}
         bench = _Round(client, args.concurrency)
@@ -195,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
         "bench": "webhook",
         "jobs_per_side": len(with_),
         "concurrency": args.concurrency,
+        "webhook_server": args.webhook_server,
         "p50_ms_with": round(statistics.median(with_) * 1000, 2),
         "p99_ms_with": round(_percentile(with_, 0.99) * 1000, 2),
         "p50_ms_without": round(statistics.median(without) * 1000, 2),

@@ -2,7 +2,8 @@
 
 By default the webhook runs in a child process and the controller in this one (`--one-process`
 puts both in one; `--no-controller` / `--no-webhook` run one of them). The webhook is served by
-`webhook.server` in its kopf event loop; kopf's watches keep the webhook's view of namespaces,
+`webhook.server` in its kopf event loop (`--webhook-server kopf`: by kopf's `@kopf.on.mutate`
+handlers on `kopf.WebhookServer` instead); kopf's watches keep the webhook's view of namespaces,
 Queues and MiniClusters current. `--local` serves it on loopback
 with a fresh self-signed CA and writes the MutatingWebhookConfiguration (url + caBundle) itself
 once the server accepts connections; it removes that configuration again on a clean exit. In a
@@ -56,6 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--webhook-addr", default="127.0.0.1", help="listen address")
     parser.add_argument(
         "--webhook-port", type=int, default=0, help="listen port (0: pick a free one)"
+    )
+    parser.add_argument(
+        "--webhook-server",
+        choices=("lean", "kopf"),
+        default="lean",
+        help="lean: muster's aiohttp endpoint (default, about half the CPU per review); "
+        "kopf: kopf's @kopf.on.mutate handlers. Both call the same pure decision",
     )
     parser.add_argument("--tls-cert", help="serving certificate (in-cluster installs)")
     parser.add_argument("--tls-key", help="serving key (in-cluster installs)")
@@ -267,6 +275,7 @@ def _webhook_child_argv(args: argparse.Namespace, port: int) -> list[str]:
     argv = [sys.executable, "-m", "muster.cli", "run", "--no-controller"]
     argv += ["--webhook-addr", args.webhook_addr, "--webhook-port", str(port)]
     argv += ["--default-queue", args.default_queue, "--status-port", "-1", "--metrics-port", "-1"]
+    argv += ["--webhook-server", args.webhook_server]
     for flag, value in (
         ("--kubeconfig", args.kubeconfig),
         ("--tls-cert", args.tls_cert),
@@ -394,7 +403,10 @@ def _run_one(args: argparse.Namespace, webhook_child: subprocess.Popen[bytes] | 
         logging.info("peering %s with priority %d", args.peering, priority)
 
     registry = kopf.OperatorRegistry()
-    if webhook:
+    kopf_webhook = webhook and args.webhook_server == "kopf"
+    if kopf_webhook:
+        handlers.register_kopf_mutate(registry, state, settings, SubmissionClock())
+    elif webhook:
         server = WebhookServer(
             addr=args.webhook_addr,
             port=port,
@@ -450,6 +462,13 @@ def _run_one(args: argparse.Namespace, webhook_child: subprocess.Popen[bytes] | 
         # were most of the controller's peak memory (the controller's LIST pages too).
         settings.watching.chunk_size = 500
         settings.watching.server_timeout = 300
+        if kopf_webhook:
+            # kopf serves the @kopf.on.mutate handlers with muster's certificate (kopf's own
+            # self-signed path needs oscrypto); muster writes the configuration, not kopf.
+            settings.admission.server = kopf.WebhookServer(
+                addr=args.webhook_addr, port=port, certfile=certfile, pkeyfile=keyfile
+            )
+            settings.admission.managed = None
         if args.peering is not None:
             settings.peering.lifetime = args.peering_lifetime
             settings.peering.stealth = True

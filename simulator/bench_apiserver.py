@@ -46,12 +46,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def create_jobs(client: KubeClient, namespace: str, count: int) -> list[str]:
-    try:
-        client.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
-    except ApiError as exc:
-        if exc.status != 409:
+def fresh_namespace(client: KubeClient, namespace: str, timeout: float = 120) -> None:
+    """Create `namespace`, or keep it if it exists; wait out a previous run still deleting it.
+
+    A bench deletes its namespace at the end, and the apiserver takes a while to finalize it:
+    a second run started at once would otherwise be refused (403, "being terminated").
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+            return
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        try:
+            current = client.get(f"/api/v1/namespaces/{namespace}")
+        except ApiError as exc:
+            if exc.status == 404:
+                continue  # gone between the create and the get: create it now
             raise
+        if not current["metadata"].get("deletionTimestamp"):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"namespace {namespace} from an earlier run is still being deleted after "
+                f"{timeout:.0f}s; wait, or delete it by hand"
+            )
+        time.sleep(1.0)
+
+
+def create_jobs(client: KubeClient, namespace: str, count: int) -> list[str]:
+    fresh_namespace(client, namespace)
     names = [f"bench-{i}" for i in range(count)]
     path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
 

@@ -3,6 +3,13 @@
 Namespaces (their default-queue label), Queue names and MiniCluster stamps are watched with
 `@kopf.on.event`, which writes nothing to the objects. `muster run` fills the state with one
 LIST of each before the server starts, so the first review already sees the whole cluster.
+
+Two ways to serve the reviews, both calling the same pure decision (`webhook.decision`):
+- `register` (default, `muster run --webhook-server lean`): muster's own aiohttp endpoint
+  (`webhook.server`), which emits JSON patch ops only for the paths the decision sets;
+- `register_kopf_mutate` (`--webhook-server kopf`): kopf's `@kopf.on.mutate` handlers on
+  `kopf.WebhookServer`. kopf diffs a deep copy of the whole object to build its patch, which
+  measured about twice the per-review CPU (docs/benchmarks.md), hence not the default.
 """
 
 from __future__ import annotations
@@ -12,7 +19,18 @@ from typing import Any
 
 import kopf
 
+from policies.submitted import SubmissionClock
 from policies.vocabulary import SUBMITTED
+from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
+from webhook.decision import (
+    AdmissionRejected,
+    Decision,
+    WebhookSettings,
+    decide_job,
+    decide_minicluster,
+    is_minicluster_ref,
+)
+from webhook.review import WebhookState
 from webhook.server import WebhookServer
 
 QUEUE_RESOURCE = ("muster.dev", "v1alpha1", "queues")
@@ -24,8 +42,7 @@ def stamp_of(body: Mapping[str, Any]) -> str | None:
 
 
 def register(registry: kopf.OperatorRegistry, server: WebhookServer) -> None:
-    """Register the state-keeping watches and the server's start/stop on `registry`."""
-    state = server.state
+    """Register the state-keeping watches and the lean server's start/stop on `registry`."""
 
     @kopf.on.startup(registry=registry)
     async def start_webhook_server(**_: Any) -> None:
@@ -34,6 +51,83 @@ def register(registry: kopf.OperatorRegistry, server: WebhookServer) -> None:
     @kopf.on.cleanup(registry=registry)
     async def stop_webhook_server(**_: Any) -> None:
         await server.stop()
+
+    register_watches(registry, server.state)
+
+
+def _apply(decision: Decision, patch: kopf.Patch, warnings: list[str]) -> None:
+    for key, value in decision.patch.items():
+        patch[key] = value
+    warnings.extend(decision.warnings)
+
+
+def register_kopf_mutate(
+    registry: kopf.OperatorRegistry,
+    state: WebhookState,
+    settings: WebhookSettings,
+    clock: SubmissionClock,
+) -> None:
+    """Register `@kopf.on.mutate` handlers for Job and MiniCluster CREATE, and the watches.
+
+    The handler ids are the URL paths the MutatingWebhookConfiguration names (kopf serves each
+    handler at `/<id>`), so the configuration muster writes fits either server. The caller sets
+    `settings.admission.server` (a `kopf.WebhookServer` with muster's certificate) and
+    `settings.admission.managed = None`: muster, not kopf, owns the configuration.
+    """
+
+    @kopf.on.mutate(
+        "batch", "v1", "jobs", id=JOB_PATH, operation="CREATE", side_effects=False,
+        registry=registry,
+    )  # fmt: skip
+    def mutate_job(
+        body: Mapping[str, Any], patch: kopf.Patch, warnings: list[str], **_: Any
+    ) -> None:
+        meta = body.get("metadata") or {}
+        namespace = meta.get("namespace") or ""
+        owner_stamp = None
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("controller") and is_minicluster_ref(ref):
+                owner_stamp = state.minicluster_stamps.get((namespace, ref.get("name", "")))
+        try:
+            decision = decide_job(
+                body,
+                namespace=namespace,
+                namespace_labels=state.namespace_labels.get(namespace, {}),
+                known_queues=state.known_queues(),
+                settings=settings,
+                stamp=clock.stamp(),
+                owner_stamp=owner_stamp,
+            )
+        except AdmissionRejected as exc:
+            raise kopf.AdmissionError(str(exc), code=400) from None
+        _apply(decision, patch, warnings)
+
+    @kopf.on.mutate(
+        *MINICLUSTER_RESOURCE, id=MINICLUSTER_PATH, operation="CREATE", side_effects=False,
+        registry=registry,
+    )  # fmt: skip
+    def mutate_minicluster(
+        body: Mapping[str, Any], patch: kopf.Patch, warnings: list[str], **_: Any
+    ) -> None:
+        namespace = (body.get("metadata") or {}).get("namespace") or ""
+        try:
+            decision = decide_minicluster(
+                body,
+                namespace=namespace,
+                namespace_labels=state.namespace_labels.get(namespace, {}),
+                known_queues=state.known_queues(),
+                settings=settings,
+                stamp=clock.stamp(),
+            )
+        except AdmissionRejected as exc:
+            raise kopf.AdmissionError(str(exc), code=400) from None
+        _apply(decision, patch, warnings)
+
+    register_watches(registry, state)
+
+
+def register_watches(registry: kopf.OperatorRegistry, state: WebhookState) -> None:
+    """Keep `state` current from kopf's watches of namespaces, Queues and MiniClusters."""
 
     @kopf.on.event("namespaces", registry=registry)
     def watch_namespace(type: str | None, name: str, labels: Mapping[str, str], **_: Any) -> None:

@@ -1,22 +1,90 @@
-"""The webhook on the real control plane: what is stored, what is refused, what is left alone."""
+"""The webhook on the real control plane: what is stored, what is refused, what is left alone.
+
+Every test runs twice: against the session's `muster run` (muster's lean endpoint) and against
+a webhook-only `muster run --webhook-server kopf` (kopf's `@kopf.on.mutate` handlers), which
+takes the MutatingWebhookConfiguration over for its tests and gives it back afterwards.
+"""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from admission.kubeapi import ApiError, KubeClient
+from muster.run_command import register_configuration
 from policies.submitted import parse_stamp
 from simulator.controlplane.build import Binaries
 from simulator.controlplane.minicluster import MINICLUSTERS, MiniClusterReconciler
+from tests.conftest import MusterProcess
 from tests.kube import job_manifest, wait_for
+from webhook.configuration import NAME as WEBHOOK_CONFIGURATION
 
-pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("muster_webhook")]
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("webhook_server")]
+
+CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+
+
+def _url(configuration: dict[str, Any]) -> str:
+    return str(configuration["webhooks"][0]["clientConfig"]["url"])
+
+
+@pytest.fixture(scope="module", params=["lean", "kopf"])
+def webhook_server(
+    request: pytest.FixtureRequest, kube: KubeClient, kubeconfig: Path, muster: MusterProcess
+) -> Iterator[str]:
+    """Which server answers the reviews: the session's lean endpoint, or kopf's handlers."""
+    if request.param == "lean":
+        yield "lean"
+        return
+    saved = kube.get(f"{CONFIGURATIONS}/{WEBHOOK_CONFIGURATION}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "muster.cli", "run", "--local", "--no-controller"]
+        + ["--webhook-server", "kopf", "--kubeconfig", str(kubeconfig)]
+        + ["--status-port", "-1", "--metrics-port", "-1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        output.extend(proc.stdout)
+
+    pumping = threading.Thread(target=pump, daemon=True)
+    pumping.start()
+    try:
+        wait_for(
+            lambda: any("webhook ready" in line for line in output) or proc.poll() is not None,
+            timeout=90,
+            what="muster run --webhook-server kopf to serve",
+        )
+        assert proc.poll() is None, "".join(output[-40:])
+        served = kube.get(f"{CONFIGURATIONS}/{WEBHOOK_CONFIGURATION}")
+        assert _url(served) != _url(saved), "the kopf server did not take the configuration"
+        # Namespace, Queue and MiniCluster watches of the new process see the cluster.
+        time.sleep(1.0)
+        yield "kopf"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        pumping.join(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        # Give the session's muster its configuration back (the kopf process removed its own).
+        meta = {"name": WEBHOOK_CONFIGURATION, "labels": saved["metadata"].get("labels") or {}}
+        register_configuration(kube, {**saved, "metadata": meta})
 
 
 def jobs_path(namespace: str) -> str:
@@ -87,7 +155,17 @@ def test_namespace_default_queue_manages_unlabelled_jobs(kube: KubeClient, queue
         "/api/v1/namespaces", {"metadata": {"name": ns, "labels": {"muster.dev/queue": queue}}}
     )
     try:
-        stored = kube.create(jobs_path(ns), job_manifest("plain", parallelism=2))
+        body = job_manifest("plain", parallelism=2)
+        # The webhook learns the namespace's label from its watch: ask with dry runs (the
+        # webhook has no side effects, so the apiserver calls it for them) until it has.
+        wait_for(
+            lambda: kube.request("POST", jobs_path(ns), body, params={"dryRun": "All"})["spec"][
+                "suspend"
+            ],
+            timeout=30,
+            what="the webhook to see the namespace's default queue",
+        )
+        stored = kube.create(jobs_path(ns), body)
         assert stored["spec"]["suspend"] is True
         assert stored["metadata"]["labels"]["muster.dev/queue"] == queue
     finally:
