@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from admission.kubeapi import ApiError, KubeClient
-from muster.run_command import CONFIG_PATH
+from muster.run_command import CONFIG_PATH, stop_child
 from policies.vocabulary import QUEUE, SUBMITTED
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
 
@@ -122,17 +122,7 @@ def _start_webhook(kubeconfig: Path, stack: ExitStack, server: str) -> dict[str,
         text=True,
     )
 
-    def stop() -> None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-    stack.callback(stop)
+    stack.callback(stop_child, proc)
     assert proc.stdout is not None
     deadline = time.monotonic() + 90
     for line in proc.stdout:

@@ -307,6 +307,20 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
+def stop_child(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
+    """SIGTERM `proc` (a clean stop: it unregisters what it registered), SIGKILL after
+    `timeout` seconds; then close its output pipe, if it has one."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 def _run_split(args: argparse.Namespace) -> int:
     """The webhook in a child process, the controller in this one.
 
@@ -321,13 +335,7 @@ def _run_split(args: argparse.Namespace) -> int:
     try:
         code = _run_one(controller_args, webhook_child=child)
     finally:
-        if child.poll() is None:
-            child.terminate()
-            try:
-                child.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+        stop_child(child)
     if child.returncode not in (0, -signal.SIGTERM) and code == 0:
         print(f"muster run: the webhook process exited with {child.returncode}", file=sys.stderr)
         return 1

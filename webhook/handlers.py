@@ -22,15 +22,8 @@ import kopf
 from policies.submitted import SubmissionClock
 from policies.vocabulary import SUBMITTED
 from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
-from webhook.decision import (
-    AdmissionRejected,
-    Decision,
-    WebhookSettings,
-    decide_job,
-    decide_minicluster,
-    is_minicluster_ref,
-)
-from webhook.review import WebhookState
+from webhook.decision import AdmissionRejected, WebhookSettings
+from webhook.review import WebhookState, decide
 from webhook.server import WebhookServer
 
 QUEUE_RESOURCE = ("muster.dev", "v1alpha1", "queues")
@@ -55,12 +48,6 @@ def register(registry: kopf.OperatorRegistry, server: WebhookServer) -> None:
     register_watches(registry, server.state)
 
 
-def _apply(decision: Decision, patch: kopf.Patch, warnings: list[str]) -> None:
-    for key, value in decision.patch.items():
-        patch[key] = value
-    warnings.extend(decision.warnings)
-
-
 def register_kopf_mutate(
     registry: kopf.OperatorRegistry,
     state: WebhookState,
@@ -75,53 +62,36 @@ def register_kopf_mutate(
     `settings.admission.managed = None`: muster, not kopf, owns the configuration.
     """
 
-    @kopf.on.mutate(
-        "batch", "v1", "jobs", id=JOB_PATH, operation="CREATE", side_effects=False,
-        registry=registry,
-    )  # fmt: skip
-    def mutate_job(
-        body: Mapping[str, Any], patch: kopf.Patch, warnings: list[str], **_: Any
-    ) -> None:
-        meta = body.get("metadata") or {}
-        namespace = meta.get("namespace") or ""
-        owner_stamp = None
-        for ref in meta.get("ownerReferences") or []:
-            if ref.get("controller") and is_minicluster_ref(ref):
-                owner_stamp = state.minicluster_stamps.get((namespace, ref.get("name", "")))
-        try:
-            decision = decide_job(
-                body,
-                namespace=namespace,
-                namespace_labels=state.namespace_labels.get(namespace, {}),
-                known_queues=state.known_queues(),
-                settings=settings,
-                stamp=clock.stamp(),
-                owner_stamp=owner_stamp,
-            )
-        except AdmissionRejected as exc:
-            raise kopf.AdmissionError(str(exc), code=400) from None
-        _apply(decision, patch, warnings)
+    def mutate(path: str) -> Any:
+        def handler(
+            body: Mapping[str, Any], patch: kopf.Patch, warnings: list[str], **_: Any
+        ) -> None:
+            namespace = (body.get("metadata") or {}).get("namespace") or ""
+            try:
+                decision = decide(
+                    path,
+                    body,
+                    namespace=namespace,
+                    state=state,
+                    settings=settings,
+                    stamp=clock.stamp,
+                )
+            except AdmissionRejected as exc:
+                raise kopf.AdmissionError(str(exc), code=400) from None
+            assert decision is not None, path  # both paths are muster's
+            for key, value in decision.patch.items():
+                patch[key] = value
+            warnings.extend(decision.warnings)
 
-    @kopf.on.mutate(
-        *MINICLUSTER_RESOURCE, id=MINICLUSTER_PATH, operation="CREATE", side_effects=False,
-        registry=registry,
-    )  # fmt: skip
-    def mutate_minicluster(
-        body: Mapping[str, Any], patch: kopf.Patch, warnings: list[str], **_: Any
-    ) -> None:
-        namespace = (body.get("metadata") or {}).get("namespace") or ""
-        try:
-            decision = decide_minicluster(
-                body,
-                namespace=namespace,
-                namespace_labels=state.namespace_labels.get(namespace, {}),
-                known_queues=state.known_queues(),
-                settings=settings,
-                stamp=clock.stamp(),
-            )
-        except AdmissionRejected as exc:
-            raise kopf.AdmissionError(str(exc), code=400) from None
-        _apply(decision, patch, warnings)
+        return handler
+
+    for path, resource in (
+        (JOB_PATH, ("batch", "v1", "jobs")),
+        (MINICLUSTER_PATH, MINICLUSTER_RESOURCE),
+    ):
+        kopf.on.mutate(
+            *resource, id=path, operation="CREATE", side_effects=False, registry=registry
+        )(mutate(path))
 
     register_watches(registry, state)
 

@@ -87,6 +87,37 @@ def _response(
     }
 
 
+def decide(
+    path: str,
+    obj: Mapping[str, Any],
+    *,
+    namespace: str,
+    state: WebhookState,
+    settings: WebhookSettings,
+    stamp: Callable[[], str],
+) -> Decision | None:
+    """The decision for creating `obj` through the webhook at `/<path>`; None for no such path.
+
+    Raises AdmissionRejected for bad input. Used by both servers (the lean endpoint and kopf's
+    `@kopf.on.mutate` handlers).
+    """
+    common: dict[str, Any] = {
+        "namespace": namespace,
+        "namespace_labels": state.namespace_labels.get(namespace, {}),
+        "known_queues": state.known_queues(),
+        "settings": settings,
+    }
+    if path == JOB_PATH:
+        owner_stamp = None
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+            if ref.get("controller") and is_minicluster_ref(ref):
+                owner_stamp = state.minicluster_stamps.get((namespace, ref.get("name", "")))
+        return decide_job(obj, **common, stamp=stamp(), owner_stamp=owner_stamp)
+    if path == MINICLUSTER_PATH:
+        return decide_minicluster(obj, **common, stamp=stamp())
+    return None
+
+
 def review_response(
     review: Mapping[str, Any],
     *,
@@ -101,38 +132,16 @@ def review_response(
     namespace = request.get("namespace") or (obj.get("metadata") or {}).get("namespace") or ""
     if request.get("operation") != "CREATE":
         return _response(review, allowed=True)
-    namespace_labels = state.namespace_labels.get(namespace, {})
     try:
-        decision: Decision
-        if path == JOB_PATH:
-            owner_stamp = None
-            for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-                if ref.get("controller") and is_minicluster_ref(ref):
-                    owner_stamp = state.minicluster_stamps.get((namespace, ref.get("name", "")))
-            decision = decide_job(
-                obj,
-                namespace=namespace,
-                namespace_labels=namespace_labels,
-                known_queues=state.known_queues(),
-                settings=settings,
-                stamp=stamp(),
-                owner_stamp=owner_stamp,
-            )
-        elif path == MINICLUSTER_PATH:
-            decision = decide_minicluster(
-                obj,
-                namespace=namespace,
-                namespace_labels=namespace_labels,
-                known_queues=state.known_queues(),
-                settings=settings,
-                stamp=stamp(),
-            )
-        else:
-            return _response(
-                review, allowed=False, message=f"muster has no webhook at /{path}", code=404
-            )
+        decision = decide(
+            path, obj, namespace=namespace, state=state, settings=settings, stamp=stamp
+        )
     except AdmissionRejected as exc:
         return _response(review, allowed=False, message=str(exc), code=400)
+    if decision is None:
+        return _response(
+            review, allowed=False, message=f"muster has no webhook at /{path}", code=404
+        )
     return _response(
         review,
         allowed=True,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from admission.kubeapi import ApiError, KubeClient
-from muster.run_command import register_configuration
+from muster.run_command import register_configuration, stop_child
 from policies.submitted import parse_stamp
 from simulator.controlplane.build import Binaries
 from simulator.controlplane.minicluster import MINICLUSTERS, MiniClusterReconciler
@@ -74,14 +74,9 @@ def webhook_server(
         yield "kopf"
     finally:
         proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        pumping.join(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        proc.wait(timeout=30)
+        pumping.join(timeout=10)  # the pipe is read to its end before it is closed
+        stop_child(proc)
         # Give the session's muster its configuration back (the kopf process removed its own).
         meta = {"name": WEBHOOK_CONFIGURATION, "labels": saved["metadata"].get("labels") or {}}
         register_configuration(kube, {**saved, "metadata": meta})
