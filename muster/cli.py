@@ -59,6 +59,41 @@ COMMANDS: tuple[Command, ...] = (
     Command(("certs",), "muster.certs_command", "write a self-signed webhook Secret and caBundle"),
 )
 
+# The epilog of `muster --help` and of each group's `--help` (leaves set their own in
+# add_arguments). Every example must parse: tests/unit/test_cli.py checks each one.
+EXAMPLES: dict[tuple[str, ...], str] = {
+    (): (
+        "examples:\n"
+        "  muster sim                                   # replay the shipped blog-burst trace\n"
+        "  muster trace burst --jobs 200 --nodes 149 --out burst.yaml\n"
+        "  muster cluster up --nodes 100\n"
+        "  muster run --local --kubeconfig ~/.cache/muster/clusters/muster/kubeconfig\n"
+        "  muster queues\n"
+        "  muster cluster up --help                     # every command has --help"
+    ),
+    ("cluster",): (
+        "examples:\n"
+        "  muster cluster build\n"
+        "  muster cluster up --nodes 100\n"
+        '  eval "$(muster cluster env)"; kubectl get nodes\n'
+        "  muster cluster status\n"
+        "  muster cluster down"
+    ),
+    ("bench",): (
+        "examples:\n"
+        "  muster bench plan --pending 1000 --json      # no cluster needed\n"
+        "  muster bench sim --gangs 1000 --nodes 100    # no cluster needed\n"
+        "  muster bench apiserver --json\n"
+        "  muster bench kwok --help"
+    ),
+    ("trace",): (
+        "examples:\n"
+        "  muster trace burst --jobs 200 --sizes 1,8,64 --queues a,b,c --nodes 149 "
+        "--out burst.yaml\n"
+        "  muster sim burst.yaml"
+    ),
+}
+
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The full parser; only the leaf that `argv` selects gets its real arguments."""
@@ -66,6 +101,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="muster",
         description="Gang-aware queue admission for Kubernetes.",
+        epilog=EXAMPLES[()],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"muster {__version__}")
     root = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -74,7 +111,12 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         for depth in range(1, len(command.words)):
             prefix = command.words[:depth]
             if prefix not in groups:
-                group = groups[prefix[:-1]].add_parser(prefix[-1], help=f"{prefix[-1]} commands")
+                group = groups[prefix[:-1]].add_parser(
+                    prefix[-1],
+                    help=f"{prefix[-1]} commands",
+                    epilog=EXAMPLES.get(prefix),
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                )
                 groups[prefix] = group.add_subparsers(dest="_".join(prefix), metavar="COMMAND")
                 group.set_defaults(_group=group)
         leaf = groups[command.words[:-1]].add_parser(

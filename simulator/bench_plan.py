@@ -60,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="drf", help="admission policy (drf)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of one plan")
+    parser.epilog = (
+        "examples:\n"
+        "  muster bench plan\n"
+        "  muster bench plan --pending 1000 --nodes 1000 --queues 100 --runs 7 --json\n"
+        "  muster bench plan --pending 2000 --policy fifo --profile"
+    )
 
 
 def build_snapshot(pending: int, nodes: int, queues: int, seed: int) -> Snapshot:

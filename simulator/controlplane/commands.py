@@ -112,7 +112,10 @@ class Down:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         _add_name(parser)
-        parser.epilog = "Stops exactly the processes `up` started and removes the state dir."
+        parser.epilog = (
+            "Stops exactly the processes `up` started and removes the state dir.\n\n"
+            "examples:\n  muster cluster down\n  muster cluster down --name dev"
+        )
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
@@ -141,6 +144,11 @@ class Status:
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         _add_name(parser)
         parser.add_argument("--output", "-o", choices=["table", "json"], default="table")
+        parser.epilog = (
+            "Shows versions and each component's pid, port and log; exits 1 when the cluster\n"
+            "is not healthy.\n\n"
+            "examples:\n  muster cluster status\n  muster cluster status --name dev -o json"
+        )
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
