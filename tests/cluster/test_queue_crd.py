@@ -1,0 +1,60 @@
+"""The Queue CRD's schema and CEL rules, enforced by the real apiserver: a bad Queue is refused
+with the rule's message and nothing is stored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from admission.kubeapi import ApiError, KubeClient
+from tests.controller_helpers import QUEUES, create_queue, delete_queue
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crds")]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"nominal": {"cpu": "4"}, "lendingLimit": {"cpu": "5"}},
+            "lendingLimit must not exceed nominal for any resource",
+        ),
+        (
+            {"nominal": {"cpu": "4"}, "lendingLimit": {"memory": "1Gi"}},
+            "needs a nominal for each resource it names",
+        ),
+        ({"weight": 0}, "weight must be greater than 0"),
+        ({"weight": -1.5}, "weight must be greater than 0"),
+        ({"sizeRatio": {"ratio": 1.5}}, "ratio must be in (0, 1]"),
+        ({"sizeRatio": {"ratio": 0.2, "action": "Drop"}}, 'Unsupported value: "Drop"'),
+        ({"clogTimeout": "soon"}, "spec.clogTimeout"),
+        ({"backoff": {"limit": -1}}, "spec.backoff.limit"),
+        ({"strategy": "Lottery"}, "spec.strategy"),
+    ],
+)
+def test_a_bad_queue_is_refused_with_the_rules_message(
+    kube: KubeClient, spec: dict[str, Any], message: str, request: pytest.FixtureRequest
+) -> None:
+    name = f"bad-{request.node.callspec.id}".lower()
+    name = "".join(c if c.isalnum() else "-" for c in name)[:60].strip("-")
+    with pytest.raises(ApiError) as refused:
+        create_queue(kube, name, spec)
+    assert refused.value.status == 422, refused.value
+    assert message in refused.value.message, refused.value.message
+    with pytest.raises(ApiError) as missing:
+        kube.get(f"{QUEUES}/{name}")
+    assert missing.value.status == 404
+
+
+def test_a_good_queue_gets_the_schemas_defaults(kube: KubeClient) -> None:
+    name = "crd-defaults"
+    create_queue(kube, name, {"nominal": {"cpu": "4"}, "lendingLimit": {"cpu": "4"}})
+    try:
+        spec = kube.get(f"{QUEUES}/{name}")["spec"]
+        assert spec["weight"] == 1
+        assert spec["strategy"] == "BestEffortFIFO"
+        assert spec["clogTimeout"] == "5m"
+        assert spec["nodeFit"] is True
+    finally:
+        delete_queue(kube, name)
