@@ -14,6 +14,13 @@ from hypothesis import strategies as st
 
 from policies import Decisions, Gang, Queue, QueueTree, Snapshot, plan
 from tests.strategies import snapshots, without_size_ratio
+from tests.unit.test_policies import load_doc_example
+
+# The safety properties hold for every policy, the custom one from docs/policies.md included
+# (registered as "smallest-first" by running the example): a policy only orders, the planner
+# enforces quota, node fit and sizes.
+load_doc_example()
+POLICIES = st.sampled_from(("drf", "fifo", "strict-fifo", "smallest-first"))
 
 SETTINGS = settings(
     max_examples=150,
@@ -70,9 +77,9 @@ def _subtree(tree: QueueTree, name: str) -> list[str]:
 
 
 @SETTINGS
-@given(snapshots())
-def test_no_queue_exceeds_its_quota(snapshot: Snapshot) -> None:
-    decisions = plan(snapshot)
+@given(snapshots(), POLICIES)
+def test_no_queue_exceeds_its_quota(snapshot: Snapshot, policy: str) -> None:
+    decisions = plan(snapshot, policy)
     tree = snapshot.queues
     usage = _leaf_usage(snapshot, decisions)
     roots = [q.name for q in tree if q.parent is None]
@@ -102,9 +109,9 @@ def test_no_queue_exceeds_its_quota(snapshot: Snapshot) -> None:
 
 
 @SETTINGS
-@given(snapshots())
-def test_no_node_is_overcommitted(snapshot: Snapshot) -> None:
-    decisions = plan(snapshot)
+@given(snapshots(), POLICIES)
+def test_no_node_is_overcommitted(snapshot: Snapshot, policy: str) -> None:
+    decisions = plan(snapshot, policy)
     counted = _pods_counted(snapshot)
     gangs = _gangs(snapshot)
     by_name = {node.name: node for node in snapshot.nodes}
@@ -138,9 +145,9 @@ def test_no_node_is_overcommitted(snapshot: Snapshot) -> None:
 
 
 @SETTINGS
-@given(snapshots())
-def test_admitted_sizes_respect_min_and_size(snapshot: Snapshot) -> None:
-    decisions = plan(snapshot)
+@given(snapshots(), POLICIES)
+def test_admitted_sizes_respect_min_and_size(snapshot: Snapshot, policy: str) -> None:
+    decisions = plan(snapshot, policy)
     gangs = _gangs(snapshot)
     for admission in decisions.admitted:
         gang = gangs[admission.gang_id]
@@ -154,7 +161,7 @@ def test_admitted_sizes_respect_min_and_size(snapshot: Snapshot) -> None:
 
 
 @SETTINGS
-@given(snapshots(), st.sampled_from(("drf", "fifo", "strict-fifo")))
+@given(snapshots(), POLICIES)
 def test_same_input_same_decisions(snapshot: Snapshot, policy: str) -> None:
     first = plan(snapshot, policy)
     again = plan(snapshot, policy)

@@ -26,7 +26,7 @@ def test_string_order_is_value_order(pairs: list[tuple[int, int]]) -> None:
 
 
 @settings(max_examples=20, deadline=None)
-@given(threads=st.integers(2, 12), per_thread=st.integers(1, 60))
+@given(threads=st.integers(8, 16), per_thread=st.integers(25, 80))  # >= 200 stamps, >= 8 threads
 def test_concurrent_stamps_are_unique_and_follow_each_thread(threads: int, per_thread: int) -> None:
     clock = SubmissionClock()
     results: list[list[str]] = [[] for _ in range(threads)]
