@@ -5,6 +5,8 @@ With `?wait=SECONDS&since=VERSION` the request is held until the gang's version 
 VERSION (or SECONDS pass): a pod with only the standard library can wait for its gang cheaply.
 `GET /v1/queues` → per-queue pending, admitted, usage, share, and the spec's parent and quota.
 `GET /metrics` (on the metrics listener) → Prometheus text. No request here makes an API call.
+JSON answers carry an `ETag` (a digest of the body); a GET with a matching `If-None-Match` is
+answered `304 Not Modified` with no body, so a poller that has seen this state pays nothing.
 
 A deliberately small HTTP/1.1 server on asyncio (one request per connection), in the
 controller's event loop, so a thousand held long-polls cost a thousand futures, not threads.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import time
@@ -202,12 +205,22 @@ class StatusServer:
         self._tasks.add(task)
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-            line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            line, *header_lines = head.decode("latin-1").split("\r\n")
             method, target, _ = (line.split(" ") + ["", ""])[:3]
+            headers = {
+                name.strip().lower(): value.strip()
+                for name, _, value in (h.partition(":") for h in header_lines if h)
+            }
             self.requests += 1
             status, ctype, payload = await self._route(method, target)
+            extra = ""
+            if ctype == "application/json" and status.startswith("200"):
+                etag = f'"{hashlib.blake2b(payload, digest_size=12).hexdigest()}"'
+                extra = f"ETag: {etag}\r\n"
+                if etag in {t.strip() for t in headers.get("if-none-match", "").split(",")}:
+                    status, payload = "304 Not Modified", b""
             writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n{extra}"
                 f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
                 + payload
             )

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -192,6 +194,25 @@ def test_the_status_service_and_the_computed_view_agree() -> None:
     assert queues["a"]["usage"] == {"cpu": "16"}
     assert queues["a"]["spec"]["nominal"] == {"cpu": "16"}
     assert queues["c"]["spec"]["parent"] == "org"
+
+
+def test_the_status_service_answers_304_to_a_matching_etag() -> None:
+    planned = plan_listing(listing(), now=NOW)
+    with served(planned.cache) as url:
+        for path in ("/v1/gangs/ns/second", "/v1/queues"):
+            with urllib.request.urlopen(url + path, timeout=5) as first:
+                etag = first.headers["ETag"]
+                body = first.read()
+            assert etag and json.loads(body)
+            ask = urllib.request.Request(url + path, headers={"If-None-Match": etag})
+            with pytest.raises(urllib.error.HTTPError) as unchanged:
+                urllib.request.urlopen(ask, timeout=5)
+            assert unchanged.value.code == 304
+            assert unchanged.value.read() == b""
+            unchanged.value.close()
+            other = urllib.request.Request(url + path, headers={"If-None-Match": '"stale"'})
+            with urllib.request.urlopen(other, timeout=5) as changed:
+                assert changed.status == 200 and changed.read() == body
 
 
 def test_a_gang_the_service_does_not_hold_is_not_found() -> None:
