@@ -20,6 +20,7 @@ from policies.vocabulary import EVICTED_REASON, SUBMITTED
 from simulator.controlplane.cluster import FAKE_NODE_TAINT, NODE_GROUP_LABEL
 from tests.conftest import MusterProcess
 from tests.controller_helpers import (
+    QUEUES,
     admitted,
     all_jobs,
     create_nodes,
@@ -319,3 +320,48 @@ def test_namespace_selector_keeps_other_namespaces_waiting(
         )
     finally:
         delete_queue(kube, q)
+
+
+def test_competing_queues_share_a_cohort_by_weighted_drf(
+    kube: KubeClient, namespace: str, muster: MusterProcess
+) -> None:
+    """Queues a (weight 2) and b (weight 1) borrow from cohort org, which has room for 8 of the
+    20 waiting gangs. All of a's gangs are older than b's, so FIFO would admit 8 of a; plain DRF
+    4 and 4; weighted DRF gives a about twice b's share: 5 or 6 of a (ties go to the older)."""
+    org, a, b = f"{namespace}-org", f"{namespace}-a", f"{namespace}-b"
+    create_queue(kube, org, {"nominal": {"cpu": "1m"}})  # closed while the gangs arrive
+    create_queue(kube, a, {"parent": org, "weight": 2})
+    create_queue(kube, b, {"parent": org})
+    try:
+        for q in (a, b):
+            for i in range(10):
+                body = gang_job(f"{q[-1]}-{i:02d}", q, pods=4, runtime="600s")
+                create_through_webhook(kube, jobs_path(namespace), body)
+        wait_for(
+            lambda: all(
+                (http_json(f"{muster.status_url}/v1/queues")["queues"].get(q) or {}).get("pending")
+                == 10
+                for q in (a, b)
+            ),
+            timeout=60,
+            what="all 20 gangs waiting in the controller",
+        )
+        kube.patch(f"{QUEUES}/{org}", {"spec": {"nominal": {"cpu": "32"}}})
+
+        def admitted_by_queue() -> dict[str, int]:
+            counts = {a: 0, b: 0}
+            for job in kube.get(jobs_path(namespace))["items"]:
+                if admitted(job):
+                    counts[job["metadata"]["labels"]["muster.dev/queue"]] += 1
+            return counts
+
+        wait_for(
+            lambda: sum(admitted_by_queue().values()) >= 8, timeout=60, what="8 gangs admitted"
+        )
+        time.sleep(3)  # more cycles: nothing else may be admitted
+        counts = admitted_by_queue()
+        assert sum(counts.values()) == 8, counts  # the cohort's 32 cpu, never more
+        assert counts[a] in (5, 6) and counts[b] in (2, 3), counts
+    finally:
+        for q in (a, b, org):
+            delete_queue(kube, q)
