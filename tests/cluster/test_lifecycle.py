@@ -73,3 +73,33 @@ def test_up_after_a_crash_cleans_and_restarts(lifecycle_cluster: LocalCluster) -
     assert lifecycle_cluster.is_healthy()
     assert not any(_alive(r) for r in crashed)
     assert {r.pid for r in lifecycle_cluster.records()}.isdisjoint({r.pid for r in crashed})
+
+
+def test_a_taken_port_stops_up_with_the_components_log_and_leaves_no_process(
+    lifecycle_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """etcd cannot bind its port (held here, as a racing program would): `up` says which
+    component exited, shows the end of its log with a hint, and stops what it started."""
+    import socket
+
+    from simulator.controlplane import cluster as cluster_module
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        real_free_ports = cluster_module.free_ports
+        monkeypatch.setattr(
+            cluster_module, "free_ports", lambda n: [taken, *real_free_ports(n - 1)]
+        )
+        with pytest.raises(cluster_module.ClusterError) as failed:
+            lifecycle_cluster.up()
+    message = str(failed.value)
+    assert message.startswith("etcd exited at start; log "), message
+    assert "address already in use" in message
+    assert "hint: a port was taken between picking it and binding; run up again" in message
+    assert not any(_alive(r) for r in lifecycle_cluster.records())
+    leftover = subprocess.run(
+        ["pgrep", "-f", str(lifecycle_cluster.state_dir)], capture_output=True, text=True
+    )
+    assert leftover.stdout.strip() == ""

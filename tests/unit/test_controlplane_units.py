@@ -51,6 +51,28 @@ def test_too_old_go_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: 
         build.check_go()
 
 
+def test_a_failed_module_download_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The real `go` against a module proxy that does not answer (a closed loopback port) and an
+    empty module cache: the build stops with the step, the end of its log and a hint."""
+    import socket
+
+    with socket.socket() as probe:  # a loopback port that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    monkeypatch.setenv("GOPROXY", f"http://127.0.0.1:{closed}")
+    monkeypatch.setenv("GOMODCACHE", str(tmp_path / "modcache"))
+    monkeypatch.setenv("GOSUMDB", "off")
+    with pytest.raises(build.BuildError) as failed:
+        build.build_etcd(build.check_go(), tmp_path / "cache", log=lambda _: None)
+    message = str(failed.value)
+    assert message.startswith(f"go build of etcd {versions.ETCD} failed (exit 1); full log: ")
+    assert "--- last lines ---" in message and "connection refused" in message
+    assert "hint: a module download failed; check that the Go module proxy is reachable" in message
+    assert not (tmp_path / "cache" / f"etcd-{versions.ETCD}").exists()  # nothing half-installed
+
+
 def test_cache_is_keyed_by_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("MUSTER_CACHE", str(tmp_path))
     binaries = build.Binaries.at()
