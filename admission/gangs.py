@@ -30,10 +30,13 @@ from policies.submitted import StampError, parse_stamp
 from policies.vocabulary import (
     ADMITTED,
     CLOG_TIMEOUT,
+    ELASTIC_AFTER,
     EVICTIONS,
     GANG,
     GANG_KIND,
     MIN_MEMBERS,
+    PRIORITY,
+    PRIORITY_MAX,
     QUEUE,
     REQUEUE_AT,
     STATE,
@@ -189,12 +192,14 @@ def is_managed_job(body: Mapping[str, Any]) -> bool:
     return QUEUE in (meta.get("labels") or {}) and SUBMITTED in (meta.get("annotations") or {})
 
 
-_READ_LABELS: Final = (QUEUE, MIN_MEMBERS)
+_READ_LABELS: Final = (QUEUE, MIN_MEMBERS, PRIORITY, ELASTIC_AFTER)
 _READ_ANNOTATIONS: Final = (
     QUEUE,
     SUBMITTED,
     ADMITTED,
     MIN_MEMBERS,
+    PRIORITY,
+    ELASTIC_AFTER,
     CLOG_TIMEOUT,
     REQUEUE_AT,
     EVICTIONS,
@@ -278,6 +283,23 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
             )
         except DurationError as exc:
             error = str(exc)
+    priority = 0
+    priority_text = annotations.get(PRIORITY) or labels.get(PRIORITY)
+    if priority_text is not None:
+        try:
+            priority = int(priority_text)
+        except ValueError:
+            error = f"{PRIORITY}: {priority_text!r} is not an integer"
+        if not 0 <= priority <= PRIORITY_MAX:
+            error = f"{PRIORITY}: {priority} is out of range 0..{PRIORITY_MAX}"
+            priority = 0
+    elastic_after = 0.0
+    elastic_text = annotations.get(ELASTIC_AFTER) or labels.get(ELASTIC_AFTER)
+    if elastic_text is not None:
+        try:
+            elastic_after = parse_duration(elastic_text, field=ELASTIC_AFTER)
+        except DurationError as exc:
+            error = str(exc)
     requeue_at = 0.0
     if REQUEUE_AT in annotations:
         try:
@@ -300,7 +322,8 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         pod_requests=requests,
         size=size,
         min_size=minimum if minimum is not None and minimum < size else None,
-        priority=0,
+        priority=priority,
+        elastic_after=elastic_after,
         submitted=stamp,
         one_pod_per_node=_one_pod_per_node(pod_spec, pod_labels),
         node_selector=dict(pod_spec.get("nodeSelector") or {}),

@@ -14,6 +14,12 @@ MIN_MEMBERS: Final = "muster.dev/min-members"
 """Annotation or label: the gang's elastic minimum (default: its size)."""
 CLOG_TIMEOUT: Final = "muster.dev/clog-timeout"
 """Annotation: per-gang clog timeout override (a duration)."""
+PRIORITY: Final = "muster.dev/priority"
+"""Annotation or label: the gang's priority in its queue, 0..1e9, higher first (default 0)."""
+PRIORITY_MAX: Final = 1_000_000_000
+ELASTIC_AFTER: Final = "muster.dev/elastic-after"
+"""Annotation or label: how long an elastic gang waits for its full size before it may be
+admitted smaller (a duration; default 0 = at once)."""
 SUBMITTED: Final = "muster.dev/submitted"
 """Annotation stamped by the webhook: the gang's place in the total submission order."""
 ADMITTED: Final = "muster.dev/admitted"

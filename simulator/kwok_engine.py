@@ -175,10 +175,12 @@ def check_trace(trace: Trace, settings: KwokSettings, log: Log) -> None:
                 f"{settings.min_clog_timeout:g}s (--min-clog-timeout) so gangs still starting "
                 "are not evicted as clogged"
             )
-    if any(g.priority for g in trace.jobs):
-        log("warning: job priorities are not replayed on kwok (muster reads no Job priority)")
-    if any(g.elastic_after for g in trace.jobs):
-        log("warning: elasticAfter is not replayed on kwok (muster's Job adapter has no field)")
+    if any(g.priority < 0 for g in trace.jobs):
+        shift = -min(g.priority for g in trace.jobs)
+        log(
+            f"note: muster.dev/priority is 0..1e9; the trace's priorities are replayed shifted "
+            f"by +{shift} (the order within each queue is the same)"
+        )
 
 
 def missing_binaries() -> list[Path]:
@@ -602,6 +604,7 @@ class _Replay:
             settings.min_clog_timeout,
         )
         on_run_nodes = {SIM_RUN: session.run} if session.node_prefix else None
+        priority_shift = max(0, -min((a.gang.priority for a in self.arrivals), default=0))
         self.objects: list[GangObject] = [
             gang_object(
                 arrival,
@@ -610,6 +613,7 @@ class _Replay:
                 scale=settings.time_scale,
                 run=self.run_id,
                 node_selector=on_run_nodes,
+                priority_shift=priority_shift,
             )
             for arrival in self.arrivals
         ]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from policies import Resources, Toleration
-from policies.vocabulary import GANG, GANG_RUNTIME, MIN_MEMBERS, QUEUE
+from policies.vocabulary import ELASTIC_AFTER, GANG, GANG_RUNTIME, MIN_MEMBERS, PRIORITY, QUEUE
 from simulator.controlplane.cluster import FAKE_NODE_TAINT, kwok_node
 from simulator.trace import QueueSpec, SubmittedGang, Trace
 
@@ -213,13 +213,16 @@ def gang_object(
     scale: float,
     run: str,
     node_selector: Mapping[str, str] | None = None,
+    priority_shift: int = 0,
 ) -> GangObject:
     """The Job or MiniCluster for one gang of the trace.
 
     `namespace` is the cluster namespace the trace's namespace maps to; the object's name is
     the gang's name in the trace. With admission `muster` it carries the `muster.dev/queue`
     label (the webhook suspends it and the controller admits it); with `none` it has no queue
-    label, so nothing but the default scheduler decides where its pods go.
+    label, so nothing but the default scheduler decides where its pods go. Its priority
+    (plus `priority_shift`, which keeps negative trace priorities in muster's 0..1e9) and its
+    elastic wait (compressed by `scale`) go in muster's annotations.
     """
     gang = arrival.gang
     name = gang.submitted.name
@@ -242,6 +245,11 @@ def gang_object(
     if admission == "muster":
         labels[QUEUE] = gang.queue
     minimum = str(gang.min)
+    gang_fields: dict[str, str] = {}
+    if gang.priority + priority_shift:
+        gang_fields[PRIORITY] = str(gang.priority + priority_shift)
+    if gang.elastic_after:
+        gang_fields[ELASTIC_AFTER] = wall_duration(gang.elastic_after, scale)
     if gang.kind == "MiniCluster":
         spec: dict[str, Any] = {
             "size": gang.size,
@@ -260,7 +268,12 @@ def gang_object(
         body = {
             "apiVersion": MINICLUSTER_API,
             "kind": "MiniCluster",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": labels,
+                **({"annotations": gang_fields} if gang_fields else {}),
+            },
             "spec": spec,
         }
         return GangObject(
@@ -286,7 +299,7 @@ def gang_object(
             "name": name,
             "namespace": namespace,
             "labels": labels,
-            "annotations": {MIN_MEMBERS: minimum},
+            "annotations": {MIN_MEMBERS: minimum, **gang_fields},
         },
         "spec": {
             "parallelism": gang.size,

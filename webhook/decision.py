@@ -13,7 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from policies.durations import DurationError, parse_duration
-from policies.vocabulary import CLOG_TIMEOUT, GANG, GANG_KIND, MIN_MEMBERS, QUEUE, SUBMITTED
+from policies.vocabulary import (
+    CLOG_TIMEOUT,
+    ELASTIC_AFTER,
+    GANG,
+    GANG_KIND,
+    MIN_MEMBERS,
+    PRIORITY,
+    PRIORITY_MAX,
+    QUEUE,
+    SUBMITTED,
+)
 
 MINICLUSTER_GROUP: Final = "flux-framework.org"
 
@@ -96,6 +106,34 @@ def _check_min_members(value: object, size: int, where: str) -> int:
     return minimum
 
 
+def check_priority(value: object, where: str) -> int:
+    """A gang's priority: a whole number from 0 to 1e9 (higher is admitted first in its queue)."""
+    fix = f"set it to a whole number from 0 to {PRIORITY_MAX} (higher goes first)"
+    priority = _int_field(value, where, fix)
+    if not 0 <= priority <= PRIORITY_MAX:
+        raise AdmissionRejected(f"{where}: {priority} is out of range; {fix}")
+    return priority
+
+
+def check_elastic_after(value: object, where: str) -> float:
+    try:
+        return parse_duration(str(value), field=where)
+    except DurationError as exc:
+        raise AdmissionRejected(str(exc)) from None
+
+
+def _check_gang_fields(values: Mapping[str, str], source: str) -> dict[str, str]:
+    """Validate priority and elastic-after in `values` (annotations or labels); the ones set."""
+    found: dict[str, str] = {}
+    if PRIORITY in values:
+        check_priority(values[PRIORITY], f"{source} {PRIORITY}")
+        found[PRIORITY] = str(values[PRIORITY]).strip()
+    if ELASTIC_AFTER in values:
+        check_elastic_after(values[ELASTIC_AFTER], f"{source} {ELASTIC_AFTER}")
+        found[ELASTIC_AFTER] = str(values[ELASTIC_AFTER]).strip()
+    return found
+
+
 def _check_clog_timeout(annotations: Mapping[str, str]) -> None:
     if CLOG_TIMEOUT in annotations:
         try:
@@ -169,6 +207,7 @@ def decide_job(
     for source, values in (("annotation", annotations), ("label", labels)):
         if MIN_MEMBERS in values:
             _check_min_members(values[MIN_MEMBERS], size, f"{source} {MIN_MEMBERS}")
+        _check_gang_fields(values, source)
     _check_clog_timeout(annotations)
 
     name = meta.get("name") or ""
@@ -219,7 +258,10 @@ def decide_minicluster(
     if MIN_MEMBERS in annotations:
         minimum = _check_min_members(annotations[MIN_MEMBERS], size, f"annotation {MIN_MEMBERS}")
     _check_clog_timeout(annotations)
+    # Priority and elastic-after travel to the MiniCluster's Job as labels, like the minimum.
     job_labels = {QUEUE: queue, MIN_MEMBERS: str(minimum)}
+    job_labels.update(_check_gang_fields(labels, "label"))
+    job_labels.update(_check_gang_fields(annotations, "annotation"))
     patch: MergePatch = {
         "metadata": {
             "annotations": {QUEUE: queue, SUBMITTED: stamp},

@@ -365,3 +365,37 @@ def test_competing_queues_share_a_cohort_by_weighted_drf(
     finally:
         for q in (a, b, org):
             delete_queue(kube, q)
+
+
+def test_a_higher_priority_gang_goes_first_in_its_queue(
+    kube: KubeClient, namespace: str, muster: MusterProcess
+) -> None:
+    """Three older gangs at priority 0 and a younger one at priority 10 wait in a closed queue;
+    opened for one gang, the queue admits the younger, higher-priority one."""
+    q = f"{namespace}-prio"
+    create_queue(kube, q, {"nominal": {"cpu": "1m"}})
+    try:
+        for name, priority in (("old-0", None), ("old-1", None), ("old-2", None), ("urgent", 10)):
+            body = gang_job(name, q, pods=4, runtime="600s")
+            if priority is not None:
+                body["metadata"]["annotations"] = {"muster.dev/priority": str(priority)}
+            create_through_webhook(kube, jobs_path(namespace), body)
+        url = f"{muster.status_url}/v1/gangs/{namespace}"
+        status = wait_for(
+            lambda: pending_reason(f"{url}/urgent", "NeverFits", "QuotaExhausted"),
+            timeout=60,
+            what="the urgent gang waiting",
+        )
+        assert status["position"] == 1  # ahead of the three older gangs
+        kube.patch(f"{QUEUES}/{q}", {"spec": {"nominal": {"cpu": "4"}}})
+        wait_for(
+            lambda: admitted(kube.get(f"{jobs_path(namespace)}/urgent")),
+            timeout=60,
+            what="the urgent gang admitted",
+        )
+        time.sleep(2)
+        assert not any(admitted(kube.get(f"{jobs_path(namespace)}/old-{i}")) for i in range(3)), (
+            "an older, lower-priority gang was admitted too"
+        )
+    finally:
+        delete_queue(kube, q)

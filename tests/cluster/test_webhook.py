@@ -179,6 +179,8 @@ def test_namespace_default_queue_manages_unlabelled_jobs(kube: KubeClient, queue
             "muster.dev/clog-timeout: 'soon' is not a duration",
         ),
         ({}, 0, "the gang has 0 members"),
+        ({"muster.dev/priority": "urgent"}, 4, "muster.dev/priority: 'urgent' is not an integer"),
+        ({"muster.dev/elastic-after": "later"}, 4, "muster.dev/elastic-after: 'later' is not"),
     ],
 )
 def test_bad_input_is_rejected_and_nothing_is_stored(

@@ -6,6 +6,7 @@ controller sees on kwok is the trace's gang, queue and node, with durations comp
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -66,6 +67,27 @@ TRACE: dict[str, Any] = {
         },
     ],
 }
+
+
+def test_priority_and_elastic_wait_are_replayed_in_muster_annotations() -> None:
+    data = copy.deepcopy(TRACE)
+    data["jobs"][0].update(priority=-2, elasticAfter="100s")  # the MiniCluster
+    data["jobs"][1].update(priority=3)  # the Job
+    arrivals = expand(from_dict(data))
+    shift = -min(a.gang.priority for a in arrivals)
+    mc = next(a for a in arrivals if a.gang.kind == "MiniCluster")
+    job = next(a for a in arrivals if a.gang.kind == "Job")
+    job_body = gang_object(
+        job, namespace="ns", admission="muster", scale=10, run="r1", priority_shift=shift
+    ).body
+    assert job_body["metadata"]["annotations"]["muster.dev/priority"] == "5"
+    job_body["metadata"]["annotations"][SUBMITTED] = "2026-01-01T00:00:00.000000Z"
+    assert job_record(job_body).gang.priority == 5
+    mc_body = gang_object(
+        mc, namespace="ns", admission="muster", scale=10, run="r1", priority_shift=shift
+    ).body
+    # -2 + 2: priority 0 is the default and is not written; the wait is compressed 10x.
+    assert mc_body["metadata"]["annotations"] == {"muster.dev/elastic-after": "10s"}
 
 
 def test_quantities_and_durations_are_exact() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from admission.cache import Cache
 from admission.deadlock import PartialGang, gangs_to_evict, wait_for_graph
 from admission.gangs import format_admitted, job_record, parse_admitted, queue_from
@@ -48,6 +50,33 @@ def test_job_record_reads_the_gang() -> None:
     assert record.gang.pod_requests == Resources(cpu=2000)
     assert record.admission is None and record.suspended
     assert record.gang.submitted.seq == 1
+
+
+def test_job_record_reads_priority_and_elastic_wait_from_annotation_or_label() -> None:
+    record = job_record(
+        job("a", annotations={"muster.dev/priority": "9", "muster.dev/elastic-after": "2m"})
+    )
+    assert record.gang.priority == 9 and record.gang.elastic_after == 120.0
+    assert record.parse_error is None
+    labelled = job("b")
+    labelled["metadata"]["labels"]["muster.dev/priority"] = "4"
+    assert job_record(labelled).gang.priority == 4
+    assert job_record(job("c")).gang.priority == 0
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "error"),
+    [
+        ("muster.dev/priority", "top", "muster.dev/priority: 'top' is not an integer"),
+        ("muster.dev/priority", "-3", "muster.dev/priority: -3 is out of range 0..1000000000"),
+        ("muster.dev/elastic-after", "later", "muster.dev/elastic-after: 'later' is not a"),
+    ],
+)
+def test_a_bad_priority_or_elastic_wait_keeps_the_gang_waiting_with_why(
+    key: str, value: str, error: str
+) -> None:
+    record = job_record(job("a", annotations={key: value}))
+    assert record.parse_error is not None and record.parse_error.startswith(error)
 
 
 def test_admitted_annotation_round_trips() -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from policies.vocabulary import ELASTIC_AFTER, PRIORITY
 from webhook.configuration import build_configuration
 from webhook.decision import (
     AdmissionRejected,
@@ -149,6 +150,29 @@ def test_bad_clog_timeout_is_rejected() -> None:
     assert decide(job(annotations={"muster.dev/clog-timeout": "1h30m"})).managed
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (PRIORITY, "high", r"annotation muster.dev/priority: 'high' is not an integer"),
+        (PRIORITY, "-1", r"muster.dev/priority: -1 is out of range; set it to a whole number"),
+        (PRIORITY, "2000000000", r"2000000000 is out of range"),
+        (ELASTIC_AFTER, "later", r"muster.dev/elastic-after: 'later' is not a duration"),
+    ],
+)
+def test_bad_priority_and_elastic_after_are_rejected(key: str, value: str, message: str) -> None:
+    with pytest.raises(AdmissionRejected, match=message):
+        decide(job(annotations={key: value}))
+    with pytest.raises(AdmissionRejected, match=message.replace("annotation", "label")):
+        decide(job(labels={"muster.dev/queue": "gpu", key: value}))
+
+
+def test_good_priority_and_elastic_after_are_accepted_as_they_are() -> None:
+    fields = {"muster.dev/priority": "7", "muster.dev/elastic-after": "90s"}
+    decision = decide(job(annotations=fields))
+    assert decision.managed
+    assert "muster.dev/priority" not in decision.patch["metadata"]["annotations"]  # user's own
+
+
 def test_zero_size_gang_is_rejected() -> None:
     with pytest.raises(AdmissionRejected, match=r"spec.parallelism: the gang has 0 members"):
         decide(job(parallelism=0))
@@ -197,6 +221,20 @@ def test_minicluster_gets_queue_and_minimum_in_job_labels() -> None:
     assert (
         decide_mc(minicluster(size=8)).patch["spec"]["jobLabels"]["muster.dev/min-members"] == "8"
     )
+
+
+def test_minicluster_priority_and_elastic_after_travel_in_job_labels() -> None:
+    body = minicluster(size=8, min_size=6)
+    body["metadata"]["annotations"] = {
+        "muster.dev/priority": "5",
+        "muster.dev/elastic-after": "2m",
+    }
+    labels = decide_mc(body).patch["spec"]["jobLabels"]
+    assert labels["muster.dev/priority"] == "5"
+    assert labels["muster.dev/elastic-after"] == "2m"
+    body["metadata"]["annotations"]["muster.dev/priority"] = "soon"
+    with pytest.raises(AdmissionRejected, match=r"annotation muster.dev/priority: 'soon'"):
+        decide_mc(body)
 
 
 def test_bad_minicluster_sizes_are_rejected() -> None:
