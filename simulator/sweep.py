@@ -169,6 +169,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", type=Path, help="output folder (default out/sweep-<trace name>)")
     parser.add_argument("--quiet", action="store_true", help="no table")
+    from muster.view import add_output_argument
+
+    add_output_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -219,6 +222,12 @@ def run(args: argparse.Namespace) -> int:
     (out_dir / "sweep.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     _write_csv(rows, out_dir / "sweep.csv")
     plot = _plot(rows, objectives, boundary, trace.name, out_dir / "sweep.png")
+    if args.output != "table":
+        from muster.view import dump
+
+        # For scripts: the sweep.json document alone on stdout (files are written all the same).
+        print(dump({**document, "plot": str(plot)}, args.output))
+        return 0
     if not args.quiet:
         _print_table(rows, objectives, trace.name)
     if boundary is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
@@ -143,7 +142,9 @@ class Status:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         _add_name(parser)
-        parser.add_argument("--output", "-o", choices=["table", "json"], default="table")
+        from muster.view import add_output_argument
+
+        add_output_argument(parser)
         parser.epilog = (
             "Shows versions and each component's pid, port and log; exits 1 when the cluster\n"
             "is not healthy.\n\n"
@@ -152,9 +153,11 @@ class Status:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
+        from muster.view import dump
+
         status = LocalCluster(name=args.name, log=_err).status()
-        if args.output == "json":
-            print(json.dumps(status, indent=2))
+        if args.output != "table":
+            print(dump(status, args.output))
         else:
             _print_status(status)
         return 0 if status["healthy"] else 1

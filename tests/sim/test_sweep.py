@@ -56,6 +56,24 @@ def test_sweep_finds_the_boundary_on_the_blog_burst(tmp_path: Path) -> None:
     assert (out / "sweep.png").is_file() and (out / "sweep.csv").is_file()
 
 
+def test_sweep_prints_its_document_as_yaml_or_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    argv = ["sweep", "--nodes", "150,200", "--slo", "p95_wait<=30m", "--parallel", "1"]
+    assert main([*argv, "--out", str(tmp_path / "y"), "-o", "yaml"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    written = json.loads((tmp_path / "y" / "sweep.json").read_text())
+    assert {k: v for k, v in printed.items() if k != "plot"} == written
+    assert main([*argv, "--out", str(tmp_path / "j"), "-o", "json"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert as_json["smallest_nodes_meeting_slo"] == written["smallest_nodes_meeting_slo"]
+    assert [(r["nodes"], r["wait_p95_s"]) for r in as_json["sizes"]] == [
+        (r["nodes"], r["wait_p95_s"]) for r in written["sizes"]
+    ]
+
+
 def test_sweep_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sweep", "--nodes", "10", "--slo", "p99<=1m"]) == 2
     assert "unknown metric" in capsys.readouterr().err
