@@ -61,8 +61,12 @@ class Binaries:
     def at(cls, root: Path | None = None) -> Binaries:
         root = root or cache_root()
         k8s = root / f"k8s-{versions.KUBERNETES}" / "bin"
+        etcd = root / f"etcd-{versions.ETCD}" / "bin" / "etcd"
+        fallback = root / SYSTEM_ETCD / "bin" / "etcd"
+        if not os.access(etcd, os.X_OK) and os.access(fallback, os.X_OK):
+            etcd = fallback  # Debian's etcd-server, linked in when the etcd build failed
         return cls(
-            etcd=root / f"etcd-{versions.ETCD}" / "bin" / "etcd",
+            etcd=etcd,
             kube_apiserver=k8s / "kube-apiserver",
             kube_controller_manager=k8s / "kube-controller-manager",
             kube_scheduler=k8s / "kube-scheduler",
@@ -85,6 +89,10 @@ class Binaries:
 
 
 Log = Callable[[str], None]
+
+SYSTEM_ETCD = "etcd-system"
+"""Cache folder holding a link to the machine's own etcd (Debian's etcd-server, 3.4) when the
+etcd build fails: the fallback the foundation issue allows. Delete it to try the build again."""
 
 
 def _stderr(message: str) -> None:
@@ -320,6 +328,43 @@ def build_kwok(go: str, root: Path, log: Log) -> None:
         _install(out, final, ["kwok"])
 
 
+def system_etcd() -> tuple[str, str] | None:
+    """The machine's own etcd (e.g. Debian's etcd-server) if it is 3.4 or newer: (path, version)."""
+    path = shutil.which("etcd")
+    if path is None:
+        return None
+    try:
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, check=False, timeout=10
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"etcd Version: (\d+)\.(\d+)\.(\d+)", out)
+    if not match or (int(match.group(1)), int(match.group(2))) < (3, 4):
+        return None
+    return path, ".".join(match.groups())
+
+
+def _etcd_fallback(root: Path, failure: BuildError, log: Log) -> None:
+    """Use the machine's etcd after the etcd build failed, or raise with how to get one."""
+    found = system_etcd()
+    if found is None:
+        raise BuildError(
+            f"{failure}\nfallback: no etcd >= 3.4 on PATH either; installing Debian's "
+            "etcd-server (apt-get install etcd-server) lets muster use that one instead"
+        ) from failure
+    path, version = found
+    link = root / SYSTEM_ETCD / "bin" / "etcd"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.unlink(missing_ok=True)
+    link.symlink_to(path)
+    log(
+        f"warning: the etcd {versions.ETCD} build failed; using the machine's etcd {version} "
+        f"({path}) instead. Kubernetes {versions.KUBERNETES} is tested with etcd 3.5; remove "
+        f"{link.parent.parent} to try the build again"
+    )
+
+
 def ensure_built(root: Path | None = None, log: Log = _stderr) -> Binaries:
     """Build whatever is missing from the cache; a no-op (and fast) when everything is there."""
     root = root or cache_root()
@@ -342,9 +387,15 @@ def ensure_built(root: Path | None = None, log: Log = _stderr) -> Binaries:
         )
         if needed and builder not in done:
             started = time.monotonic()
-            builder(go, root, log)
+            try:
+                builder(go, root, log)
+            except BuildError as exc:
+                if builder is not build_etcd:
+                    raise
+                _etcd_fallback(root, exc, log)
             log(f"  done in {time.monotonic() - started:.0f}s")
             done.add(builder)
+    binaries = Binaries.at(root)
     still = binaries.missing()
     if still:
         raise BuildError(f"after building, still missing: {', '.join(map(str, still))}")

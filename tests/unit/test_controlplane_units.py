@@ -73,6 +73,58 @@ def test_a_failed_module_download_is_a_clear_error(
     assert not (tmp_path / "cache" / f"etcd-{versions.ETCD}").exists()  # nothing half-installed
 
 
+def _only_etcd_missing(root: Path) -> None:
+    for path in build.Binaries.at(root).all():
+        if path.name != "etcd":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("#!/bin/sh\n")
+            path.chmod(0o755)
+
+
+def _failing_etcd_build(go: str, root: Path, log: build.Log) -> None:
+    raise build.BuildError("go build of etcd failed (exit 1)")
+
+
+def test_a_failed_etcd_build_falls_back_to_debians_etcd(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    root = tmp_path / "cache"
+    _only_etcd_missing(root)
+    bin_dir = tmp_path / "usr-bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "etcd"
+    fake.write_text("#!/bin/sh\necho 'etcd Version: 3.4.23'\necho 'Go Version: go1.19'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(build, "build_etcd", _failing_etcd_build)
+    said: list[str] = []
+    binaries = build.ensure_built(root, log=said.append)
+    assert binaries.etcd == root / build.SYSTEM_ETCD / "bin" / "etcd"
+    assert binaries.etcd.resolve() == fake.resolve()
+    assert binaries.missing() == []
+    assert any("using the machine's etcd 3.4.23" in line for line in said), said
+    assert build.Binaries.at(root).etcd == binaries.etcd  # found again without building
+
+
+def test_without_a_machine_etcd_the_build_error_says_how_to_get_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    root = tmp_path / "cache"
+    _only_etcd_missing(root)
+    old = tmp_path / "old-bin"
+    old.mkdir()
+    (old / "etcd").write_text("#!/bin/sh\necho 'etcd Version: 3.3.25'\n")  # too old
+    (old / "etcd").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{old}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(build, "build_etcd", _failing_etcd_build)
+    with pytest.raises(build.BuildError) as failed:
+        build.ensure_built(root, log=lambda _: None)
+    message = str(failed.value)
+    assert message.startswith("go build of etcd failed (exit 1)")
+    assert "apt-get install etcd-server" in message
+    assert not (root / build.SYSTEM_ETCD).exists()
+
+
 def test_cache_is_keyed_by_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("MUSTER_CACHE", str(tmp_path))
     binaries = build.Binaries.at()
