@@ -128,6 +128,23 @@ def front(kube: KubeClient, tmp_path: Path) -> Iterator[tuple[FaultyFront, Crede
         thread.join(timeout=10)
 
 
+def admit_through(
+    credentials: Credentials,
+    ref: JobRef,
+    *,
+    timeout: float,
+    retried: list[int],
+    attempts: int = 8,
+) -> str:
+    """One admission by a Writer whose client talks to the faulty front."""
+    with KubeClient(credentials, timeout=timeout) as faulty:
+        writer = Writer(faulty, attempts=attempts, on_retry=retried.append)
+        try:
+            return writer.admit(ref, time.time(), 2, None)
+        finally:
+            writer.close()
+
+
 def test_an_admission_survives_every_transient_fault_and_lands_once(
     kube: KubeClient, namespace: str, front: tuple[FaultyFront, Credentials]
 ) -> None:
@@ -136,12 +153,7 @@ def test_an_admission_survives_every_transient_fault_and_lands_once(
     stored = kube.create(jobs_path(namespace), suspended_job())
     ref = JobRef(namespace, "gang", stored["metadata"]["uid"])
     retried: list[int] = []
-    with KubeClient(credentials, timeout=1.0) as faulty:
-        writer = Writer(faulty, on_retry=retried.append)
-        try:
-            assert writer.admit(ref, time.time(), 2, None) == "ok"
-        finally:
-            writer.close()
+    assert admit_through(credentials, ref, timeout=1.0, retried=retried) == "ok"
     # 429 is waited out by the client itself (Retry-After); a single slow or dropped answer is
     # retried once on a fresh connection by the client, a second one reaches the writer (0).
     assert retried == [409, 503, 0, 0], retried
@@ -153,12 +165,7 @@ def test_an_admission_survives_every_transient_fault_and_lands_once(
     # The same admission again is refused by its JSON Patch test (the Job is no longer
     # suspended): reported as a conflict, not retried, and nothing is written.
     version = job["metadata"]["resourceVersion"]
-    with KubeClient(credentials, timeout=5.0) as faulty:
-        writer = Writer(faulty, on_retry=retried.append)
-        try:
-            assert writer.admit(ref, time.time(), 2, None) == "conflict"
-        finally:
-            writer.close()
+    assert admit_through(credentials, ref, timeout=5.0, retried=retried) == "conflict"
     assert retried == [409, 503, 0, 0]
     assert kube.get(f"{jobs_path(namespace)}/gang")["metadata"]["resourceVersion"] == version
 
@@ -171,12 +178,7 @@ def test_a_write_still_failing_after_every_attempt_is_reported(
     stored = kube.create(jobs_path(namespace), suspended_job())
     ref = JobRef(namespace, "gang", stored["metadata"]["uid"])
     retried: list[int] = []
-    with KubeClient(credentials, timeout=5.0) as faulty:
-        writer = Writer(faulty, attempts=3, on_retry=retried.append)
-        try:
-            assert writer.admit(ref, time.time(), 2, None) == "refused"
-        finally:
-            writer.close()
+    assert admit_through(credentials, ref, timeout=5.0, retried=retried, attempts=3) == "refused"
     assert retried == [503, 503]  # three attempts, the last one not retried
     # Nothing landed: the caller rolls its optimistic admission back and plans it again.
     assert kube.get(f"{jobs_path(namespace)}/gang")["spec"]["suspend"] is True

@@ -81,6 +81,16 @@ def _only_etcd_missing(root: Path) -> None:
             path.chmod(0o755)
 
 
+def _etcd_on_path(monkeypatch: pytest.MonkeyPatch, folder: Path, version: str) -> Path:
+    """A fake `etcd` that reports `version`, first on PATH."""
+    folder.mkdir()
+    fake = folder / "etcd"
+    fake.write_text(f"#!/bin/sh\necho 'etcd Version: {version}'\necho 'Go Version: go1.19'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    return fake
+
+
 def _failing_etcd_build(go: str, root: Path, log: build.Log) -> None:
     raise build.BuildError("go build of etcd failed (exit 1)")
 
@@ -90,12 +100,7 @@ def test_a_failed_etcd_build_falls_back_to_debians_etcd(
 ) -> None:
     root = tmp_path / "cache"
     _only_etcd_missing(root)
-    bin_dir = tmp_path / "usr-bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "etcd"
-    fake.write_text("#!/bin/sh\necho 'etcd Version: 3.4.23'\necho 'Go Version: go1.19'\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    fake = _etcd_on_path(monkeypatch, tmp_path / "usr-bin", "3.4.23")
     monkeypatch.setattr(build, "build_etcd", _failing_etcd_build)
     said: list[str] = []
     binaries = build.ensure_built(root, log=said.append)
@@ -111,11 +116,7 @@ def test_without_a_machine_etcd_the_build_error_says_how_to_get_one(
 ) -> None:
     root = tmp_path / "cache"
     _only_etcd_missing(root)
-    old = tmp_path / "old-bin"
-    old.mkdir()
-    (old / "etcd").write_text("#!/bin/sh\necho 'etcd Version: 3.3.25'\n")  # too old
-    (old / "etcd").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{old}{os.pathsep}{os.environ['PATH']}")
+    _etcd_on_path(monkeypatch, tmp_path / "old-bin", "3.3.25")  # too old
     monkeypatch.setattr(build, "build_etcd", _failing_etcd_build)
     with pytest.raises(build.BuildError) as failed:
         build.ensure_built(root, log=lambda _: None)
