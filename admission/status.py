@@ -5,6 +5,8 @@ With `?wait=SECONDS&since=VERSION` the request is held until the gang's version 
 VERSION (or SECONDS pass): a pod with only the standard library can wait for its gang cheaply.
 `GET /v1/queues` → per-queue pending, admitted, usage, share, and the spec's parent and quota.
 `GET /metrics` (on the metrics listener) → Prometheus text. No request here makes an API call.
+Until the cache is synced (a replica still loading, or a standby under kopf peering, whose watches
+are paused) `/v1/*` answers `503` with `Retry-After`: never a partial or stale view.
 JSON answers carry an `ETag` (a digest of the body); a GET with a matching `If-None-Match` is
 answered `304 Not Modified` with no body, so a poller that has seen this state pays nothing.
 
@@ -32,6 +34,10 @@ from policies import Resources, format_quantity
 log = logging.getLogger("muster.status")
 
 MAX_WAIT = 300.0
+NOT_SERVING = (
+    "this muster replica does not serve status now: it is still loading the cluster, or it is "
+    "a standby replica (kopf peering) whose view is paused; retry, or ask the active replica"
+)
 
 
 def gang_status(cache: Cache, key: str, now: float) -> dict[str, Any] | None:
@@ -213,7 +219,7 @@ class StatusServer:
             }
             self.requests += 1
             status, ctype, payload = await self._route(method, target)
-            extra = ""
+            extra = "Retry-After: 1\r\n" if status.startswith("503") else ""
             if ctype == "application/json" and status.startswith("200"):
                 etag = f'"{hashlib.blake2b(payload, digest_size=12).hexdigest()}"'
                 extra = f"ETag: {etag}\r\n"
@@ -242,10 +248,12 @@ class StatusServer:
             return _json("405 Method Not Allowed", {"error": "only GET is served"})
         if parts == ["metrics"] and self.metrics is not None:
             return "200 OK", "text/plain; version=0.0.4", self.metrics()
-        if parts == ["v1", "queues"]:
-            return _json("200 OK", {"queues": queue_listing(self.cache, self.queues())})
         if parts == ["healthz"]:
             return _json("200 OK", {"synced": self.cache.synced})
+        if parts[:1] == ["v1"] and not self.cache.synced:
+            return _json("503 Service Unavailable", {"error": NOT_SERVING, "synced": False})
+        if parts == ["v1", "queues"]:
+            return _json("200 OK", {"queues": queue_listing(self.cache, self.queues())})
         if len(parts) == 4 and parts[:2] == ["v1", "gangs"]:
             query = parse_qs(url.query)
             try:

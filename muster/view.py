@@ -189,8 +189,17 @@ class ServiceView:
                 "API with your kubeconfig"
             ) from None
 
+    def _not_serving(self, status: int, body: Any) -> None:
+        if status == 503:
+            why = body.get("error") if isinstance(body, dict) else None
+            raise ViewError(
+                f"status service at {self.url}: {why or 'HTTP 503'}; or drop "
+                f"--status-url/${STATUS_URL_ENV} to read the API with your kubeconfig"
+            )
+
     def gang(self, namespace: str, name: str) -> dict[str, Any]:
         status, body = self._get(f"/v1/gangs/{namespace}/{name}")
+        self._not_serving(status, body)
         if status == 404 and "version" in body:
             raise not_found(
                 namespace, name, "the controller holds no Job by that name labelled " + QUEUE
@@ -201,6 +210,7 @@ class ServiceView:
 
     def queues(self) -> dict[str, dict[str, Any]]:
         status, body = self._get("/v1/queues")
+        self._not_serving(status, body)
         if status != 200 or not isinstance(body, dict) or "queues" not in body:
             raise ViewError(f"status service at {self.url}: HTTP {status}: {body}")
         return dict(body["queues"])
@@ -366,6 +376,7 @@ def plan_listing(listing: Listing, policy: str = "drf", now: float | None = None
 
     cache = Cache()
     apply_listing(cache, listing)
+    cache.synced = True  # the whole listing is loaded, as after the controller's first LIST
     now = time.time() if now is None else now
     for record in cache.jobs.values():
         # What the clog detector would have recorded: who reached their minimum of ready pods.

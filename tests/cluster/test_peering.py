@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 import signal
+import urllib.error
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -19,6 +21,7 @@ from tests.controller_helpers import (
     delete_queue,
     evictions,
     gang_job,
+    http_json,
     jobs_path,
 )
 from tests.kube import wait_for
@@ -42,6 +45,15 @@ def submit(kube: KubeClient, namespace: str, queue: str, names: list[str]) -> No
 def all_admitted(kube: KubeClient, namespace: str, names: list[str]) -> bool:
     jobs = {j["metadata"]["name"]: j for j in all_jobs(kube, namespace)}
     return all(name in jobs and admitted(jobs[name]) for name in names)
+
+
+def serving(url: str) -> dict[str, Any] | None:
+    try:
+        body: dict[str, Any] = http_json(url)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return None
+    return body
 
 
 def test_only_the_active_replica_admits_and_a_standby_takes_over(
@@ -68,6 +80,11 @@ def test_only_the_active_replica_admits_and_a_standby_takes_over(
         )
         low = start_muster(kubeconfig, *flags, "--priority", "100")
         assert "controller standby" in low.text()
+        # The standby's view is paused: its status service says so instead of answering stale.
+        with pytest.raises(urllib.error.HTTPError) as standby:
+            http_json(f"{low.status_url}/v1/queues")
+        assert standby.value.code == 503
+        standby.value.close()
 
         first = [f"first-{i}" for i in range(4)]
         submit(kube, namespace, queue, first)
@@ -97,6 +114,12 @@ def test_only_the_active_replica_admits_and_a_standby_takes_over(
             lambda: "this replica is active" in low.text(),
             timeout=15,
             what="the standby logs that it is active",
+        )
+        # Active and synced now: its status service answers, with the new leader's view.
+        wait_for(
+            lambda: queue in (serving(f"{low.status_url}/v1/queues") or {}).get("queues", {}),
+            timeout=30,
+            what="the new leader's status service answers",
         )
         # The log line of an admission follows its PATCH: give it a moment to arrive.
         wait_for(

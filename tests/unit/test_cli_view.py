@@ -215,6 +215,25 @@ def test_the_status_service_answers_304_to_a_matching_etag() -> None:
                 assert changed.status == 200 and changed.read() == body
 
 
+def test_an_unsynced_status_service_answers_503_never_a_partial_view() -> None:
+    """A replica still loading, or a standby whose watches are paused, holds no current view."""
+    cache = plan_listing(listing(), now=NOW).cache
+    cache.synced = False
+    with served(cache) as url:
+        for path in ("/v1/gangs/ns/second", "/v1/queues"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(url + path, timeout=5)
+            assert refused.value.code == 503
+            assert refused.value.headers["Retry-After"] == "1"
+            body = json.load(refused.value)
+            refused.value.close()
+            assert body["synced"] is False and "standby" in body["error"]
+        with urllib.request.urlopen(url + "/healthz", timeout=5) as health:
+            assert json.load(health) == {"synced": False}  # liveness still answers
+        with pytest.raises(ViewError, match=r"does not serve status now.*drop --status-url"):
+            ServiceView(url).gang("ns", "second")
+
+
 def test_a_gang_the_service_does_not_hold_is_not_found() -> None:
     with served(plan_listing(listing(), now=NOW).cache) as url, pytest.raises(ViewError) as info:
         ServiceView(url).gang("ns", "nothing")
