@@ -288,3 +288,40 @@ def test_documented_bench_admit_runs_small(tmp_path: Path) -> None:
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["jobs"] == figures["admitted"] == 20
     assert figures["gangs_per_s"] > 0 and figures["raw_patch_per_s"] > 0
+
+
+def test_documented_bench_apiserver_prints_patch_rates_per_concurrency(kubeconfig: Path) -> None:
+    done = muster_cli(
+        "bench", "apiserver", "--kubeconfig", str(kubeconfig),
+        "--jobs", "8", "--patches", "60", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(figures["patch_per_s"]) == {"1", "8", "32"}
+    assert all(rate > 0 for rate in figures["patch_per_s"].values())
+
+
+def test_documented_bench_webhook_prints_latency_with_and_without(
+    kube: KubeClient, kubeconfig: Path, muster: MusterProcess
+) -> None:
+    """The bench runs its own `muster run --local`, which takes the webhook configuration over
+    and removes it at the end: the session's configuration is put back afterwards."""
+    from muster.run_command import CONFIG_PATH, register_configuration
+    from webhook.configuration import NAME
+
+    saved = kube.get(f"{CONFIG_PATH}/{NAME}")
+    try:
+        done = muster_cli(
+            "bench", "webhook", "--kubeconfig", str(kubeconfig),
+            "--jobs", "40", "--concurrency", "4", "--rounds", "2", "--json",
+        )  # fmt: skip
+    finally:
+        meta = {"name": NAME, "labels": saved["metadata"].get("labels") or {}}
+        register_configuration(kube, {**saved, "metadata": meta})
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    for key in ("p50_ms_with", "p99_ms_with", "p50_ms_without", "p99_ms_without"):
+        assert figures[key] > 0, key
+    overhead = figures["p99_ms_with"] - figures["p99_ms_without"]
+    assert figures["p99_overhead_ms"] == pytest.approx(overhead, abs=0.011)
+    assert figures["jobs_per_side"] == 40
