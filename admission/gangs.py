@@ -25,6 +25,7 @@ from policies import (
     Toleration,
 )
 from policies.durations import DurationError, parse_duration
+from policies.model import PolicyError, parse_priority
 from policies.selectors import LabelSelector, parse_label_selector
 from policies.submitted import StampError, parse_stamp
 from policies.vocabulary import (
@@ -36,7 +37,6 @@ from policies.vocabulary import (
     GANG_KIND,
     MIN_MEMBERS,
     PRIORITY,
-    PRIORITY_MAX,
     QUEUE,
     REQUEUE_AT,
     STATE,
@@ -287,12 +287,9 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
     priority_text = annotations.get(PRIORITY) or labels.get(PRIORITY)
     if priority_text is not None:
         try:
-            priority = int(priority_text)
-        except ValueError:
-            error = f"{PRIORITY}: {priority_text!r} is not an integer"
-        if not 0 <= priority <= PRIORITY_MAX:
-            error = f"{PRIORITY}: {priority} is out of range 0..{PRIORITY_MAX}"
-            priority = 0
+            priority = parse_priority(priority_text, PRIORITY)
+        except PolicyError as exc:
+            error = str(exc)
     elastic_after = 0.0
     elastic_text = annotations.get(ELASTIC_AFTER) or labels.get(ELASTIC_AFTER)
     if elastic_text is not None:

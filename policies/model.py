@@ -14,6 +14,7 @@ from typing import Literal, TypeVar
 import networkx as nx
 
 from policies.resources import Resources, format_quantity
+from policies.vocabulary import PRIORITY_MAX
 
 __all__ = [
     "AdmittedGang",
@@ -37,6 +38,24 @@ SizeRatioAction = Literal["Serialize", "Reject"]
 
 class PolicyError(ValueError):
     """An invalid queue, gang or snapshot; the message names the object and the field."""
+
+
+def parse_priority(value: object, where: str) -> int:
+    """A gang's priority (`muster.dev/priority`): a whole number from 0 to 1e9, higher first.
+
+    One reading for the webhook (which refuses a bad one) and the controller (which keeps a
+    Job with a bad one waiting, with this message); raises PolicyError naming `where`.
+    """
+    fix = f"set it to a whole number from 0 to {PRIORITY_MAX} (higher goes first)"
+    text = value.strip() if isinstance(value, str) else value
+    if isinstance(text, bool) or not (
+        isinstance(text, int) or (isinstance(text, str) and text.lstrip("-").isdigit())
+    ):
+        raise PolicyError(f"{where}: {value!r} is not an integer; {fix}")
+    priority = int(text)
+    if not 0 <= priority <= PRIORITY_MAX:
+        raise PolicyError(f"{where}: {priority} is out of range; {fix}")
+    return priority
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from policies.durations import DurationError, parse_duration
+from policies.model import PolicyError, parse_priority
 from policies.vocabulary import (
     CLOG_TIMEOUT,
     ELASTIC_AFTER,
@@ -20,7 +21,6 @@ from policies.vocabulary import (
     GANG_KIND,
     MIN_MEMBERS,
     PRIORITY,
-    PRIORITY_MAX,
     QUEUE,
     SUBMITTED,
 )
@@ -107,12 +107,10 @@ def _check_min_members(value: object, size: int, where: str) -> int:
 
 
 def check_priority(value: object, where: str) -> int:
-    """A gang's priority: a whole number from 0 to 1e9 (higher is admitted first in its queue)."""
-    fix = f"set it to a whole number from 0 to {PRIORITY_MAX} (higher goes first)"
-    priority = _int_field(value, where, fix)
-    if not 0 <= priority <= PRIORITY_MAX:
-        raise AdmissionRejected(f"{where}: {priority} is out of range; {fix}")
-    return priority
+    try:
+        return parse_priority(value, where)
+    except PolicyError as exc:
+        raise AdmissionRejected(str(exc)) from None
 
 
 def check_elastic_after(value: object, where: str) -> float:

@@ -68,7 +68,12 @@ def test_job_record_reads_priority_and_elastic_wait_from_annotation_or_label() -
     ("key", "value", "error"),
     [
         ("muster.dev/priority", "top", "muster.dev/priority: 'top' is not an integer"),
-        ("muster.dev/priority", "-3", "muster.dev/priority: -3 is out of range 0..1000000000"),
+        (
+            "muster.dev/priority",
+            "-3",
+            "muster.dev/priority: -3 is out of range; "
+            "set it to a whole number from 0 to 1000000000",
+        ),
         ("muster.dev/elastic-after", "later", "muster.dev/elastic-after: 'later' is not a"),
     ],
 )
