@@ -26,6 +26,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -307,9 +308,12 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def stop_child(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
+def stop_child(
+    proc: subprocess.Popen[Any], timeout: float = 30, reader: threading.Thread | None = None
+) -> None:
     """SIGTERM `proc` (a clean stop: it unregisters what it registered), SIGKILL after
-    `timeout` seconds; then close its output pipe, if it has one."""
+    `timeout` seconds; then close its output pipe, if it has one, once `reader` (a thread
+    reading that pipe, which ends at its EOF) is done with it."""
     if proc.poll() is None:
         proc.terminate()
     try:
@@ -317,6 +321,8 @@ def stop_child(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    if reader is not None:
+        reader.join(timeout=10)
     if proc.stdout is not None:
         proc.stdout.close()
 

@@ -60,6 +60,14 @@ def gang_job(
     return body
 
 
+def event_reasons(kube: KubeClient, namespace: str, name: str) -> list[str]:
+    """Reasons of the Events about object `name` in `namespace`."""
+    events = kube.get(
+        f"/api/v1/namespaces/{namespace}/events", {"fieldSelector": f"involvedObject.name={name}"}
+    )["items"]
+    return [e["reason"] for e in events]
+
+
 def admitted(job: Mapping[str, Any]) -> str | None:
     return ((job.get("metadata") or {}).get("annotations") or {}).get(ADMITTED)
 

@@ -27,6 +27,7 @@ from tests.controller_helpers import (
     create_queue,
     delete_nodes,
     delete_queue,
+    event_reasons,
     evictions,
     finished,
     gang_job,
@@ -126,15 +127,8 @@ def test_unadmitted_unsuspend_is_suspended_again(
             what="the Job to be suspended again",
         )
         assert admitted(job) is None
-        events = kube.get(
-            f"/api/v1/namespaces/{namespace}/events",
-            {"fieldSelector": "involvedObject.name=sneaky"},
-        )["items"]
-        assert any(e["reason"] == "NotAdmitted" for e in events) or wait_for(
-            lambda: any(
-                e["reason"] == "NotAdmitted"
-                for e in kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
-            ),
+        wait_for(
+            lambda: "NotAdmitted" in event_reasons(kube, namespace, "sneaky"),
             timeout=30,
             what="a NotAdmitted Event",
         )

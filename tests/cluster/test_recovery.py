@@ -22,6 +22,7 @@ from tests.controller_helpers import (
     create_queue,
     delete_nodes,
     delete_queue,
+    event_reasons,
     evictions,
     gang_job,
     jobs_path,
@@ -34,13 +35,6 @@ pytestmark = [pytest.mark.cluster]
 
 def annotations_of(job: dict[str, Any]) -> dict[str, str]:
     return dict(job["metadata"].get("annotations") or {})
-
-
-def event_reasons(kube: KubeClient, namespace: str, name: str) -> list[str]:
-    events = kube.get(
-        f"/api/v1/namespaces/{namespace}/events", {"fieldSelector": f"involvedObject.name={name}"}
-    )["items"]
-    return [e["reason"] for e in events]
 
 
 def test_a_gang_past_its_backoff_limit_fails_and_stays_suspended(

@@ -73,13 +73,13 @@ def webhook_server(
         time.sleep(1.0)
         yield "kopf"
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        pumping.join(timeout=10)  # the pipe is read to its end before it is closed
-        stop_child(proc)
-        # Give the session's muster its configuration back (the kopf process removed its own).
-        meta = {"name": WEBHOOK_CONFIGURATION, "labels": saved["metadata"].get("labels") or {}}
-        register_configuration(kube, {**saved, "metadata": meta})
+        try:
+            stop_child(proc, reader=pumping)
+        finally:
+            # Give the session's muster its configuration back (the kopf process removed its
+            # own), even if that process had to be killed.
+            meta = {"name": WEBHOOK_CONFIGURATION, "labels": saved["metadata"].get("labels") or {}}
+            register_configuration(kube, {**saved, "metadata": meta})
 
 
 def jobs_path(namespace: str) -> str:
