@@ -134,7 +134,7 @@ def changes_for(
             f"or change queue {q}'s namespaceSelector ({edit}), or use a queue that takes "
             f"gangs from {namespace}",
         ]
-    if code == "ReservedForOlder":
+    if code == "Reserved":
         return [
             "the older big gang it names is admitted: the room it may use is kept for it, so a "
             "stream of small gangs cannot starve it"

@@ -17,7 +17,7 @@ ReasonCode = Literal[
     "NeverFits",
     "ElasticWaiting",
     "QueueNotFound",
-    "ReservedForOlder",
+    "Reserved",
     "HeldBehindPartial",
 ]
 REASON_CODES: Final[tuple[str, ...]] = get_args(ReasonCode)

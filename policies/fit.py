@@ -174,7 +174,9 @@ class Cluster:
     plan, an overlay of the nodes that plan placed pods on."""
 
     __slots__ = (
+        "_kept",
         "_pools",
+        "_reservation",
         "_shapes",
         "_without",
         "capacity",
@@ -264,6 +266,8 @@ class Cluster:
         self._shapes = shapes
         self._pools: dict[tuple[object, ...] | bytes, Pool] = {}
         self._without: dict[tuple[int, int], Pool] = {}
+        self._kept: set[int] = set()  # ids of the pools eligible() handed out (never dropped)
+        self._reservation: Pool | None = None  # the nodes reserve() chose last
         self.pools_of: list[list[Pool]] = [[] for _ in self.free]
         # The overlay of the plan in progress (see begin()), indexed by node id: free capacity
         # now of the nodes the plan placed pods on (None: as at the start), and the version
@@ -312,7 +316,56 @@ class Cluster:
                     for n in group.nodes:
                         member[n] = 1
             pool = self._pools[key] = self._pool(bytes(member))
+            self._kept.add(id(pool))
         return pool
+
+    def reserve(self, fit: FitClass, pods: int) -> Pool:
+        """The nodes of ``fit``'s pool set aside for a gang that needs ``pods`` pods of ``fit``
+        and does not fit now: the nodes with the most free capacity (in fit order, from the
+        end), as many as hold ``pods`` pods when empty. Those are the nodes it will fit on
+        soonest, as far as free capacity tells. One reservation lives at a time: the previous
+        one's pools are dropped (they would otherwise be kept up to date forever)."""
+        pool = fit.pool
+        shapes = self._shapes
+        shape_of = self.shape_of
+        room_of: dict[int, int] = {}
+        member = bytearray(len(self.free))
+        total = 0
+        for vector in reversed(pool.vectors):
+            for n in pool.buckets[vector].sorted():
+                sid = shape_of[n]
+                room = room_of.get(sid)
+                if room is None:
+                    room = room_of[sid] = max(fit.pods_on(shapes[sid]), 0)
+                if room <= 0:
+                    continue
+                member[n] = 1
+                total += room
+                if total >= pods:
+                    break
+            if total >= pods:
+                break
+        reserved = self._pool(bytes(member))
+        old = self._reservation
+        if old is not None and old is not reserved:
+            self._drop(old)
+        self._reservation = reserved
+        return reserved
+
+    def _drop(self, reserved: Pool) -> None:
+        """Forget a reservation's pool and the pools derived from it (unless eligible())."""
+        doomed = [reserved]
+        for key in [key for key in self._without if key[1] == id(reserved)]:
+            doomed.append(self._without.pop(key))
+        for pool in doomed:
+            if id(pool) in self._kept or self._pools.get(pool.member) is not pool:
+                continue
+            if any(p is pool for p in self._without.values()):
+                continue
+            del self._pools[pool.member]
+            for n, inside in enumerate(pool.member):
+                if inside:
+                    self.pools_of[n].remove(pool)
 
     def without(self, pool: Pool, reserved: Pool) -> Pool:
         """``pool`` minus the nodes of ``reserved``."""

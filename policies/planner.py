@@ -19,15 +19,22 @@ A plan, top to bottom:
    cluster and its queue's quota (else NeverFits); it is not above its queue's size ratio
    with ``action: Reject``. (`_State`, when the gang is added.)
 3. Order each leaf queue's gangs by priority, then submission (a `_Line`, kept sorted).
-4. Size ratio: find the gang a big gang waits behind, if any, and the oldest big gang, which
-   holds a reservation so younger gangs do not take the space it needs. Node-blind queues
+4. Size ratio: find the gang a big gang waits behind, if any (one big gang admitted and not
+   running at a time). Node-blind queues
    (``nodeFit: false``): find the oldest of their admitted gangs that has waited longer than
    `PARTIAL_HOLD_AFTER` without reaching its minimum; while there is one, node-blind queues
    admit nothing (Kueue's ``waitForPodsReady.blockAdmission``, once a gang is seen stuck).
 5. Take queue heads from a heap ordered by the policy (DRF: lowest weighted dominant share
-   including the head). For each head: size ratio, quota, node fit, elastic sizing; admit it
-   and account its quota and placement, or record why not. A head that does not fit is skipped
-   or blocks its queue (StrictFIFO) or everything (``strict-fifo``), as the policy says.
+   including the head, over the resources the head asks for). For each head: size ratio,
+   quota, node fit, elastic sizing; admit it and account its quota and placement, or record
+   why not. A head that does not fit is skipped or blocks its queue (StrictFIFO) or everything
+   (``strict-fifo``), as the policy says.
+   Reservation in policy order: the first big gang whose turn comes and that waits for nodes
+   only (its quota suffices) holds the plan's one reservation: the nodes with the most free
+   capacity, as many as it needs (`Cluster.reserve`). Gangs whose turn comes after it (later
+   heads of the heap, so queues at a higher weighted share, and the rest of its own queue) keep
+   off those nodes; gangs before it, such as a queue below its share, never wait for it. A big
+   gang that waits for nodes is therefore a queue head even when it cannot be admitted.
 6. Every gang still queued gets a reason.
 
 Steps 4-6 are a `_Cycle`: it works on the state without changing it (quota it takes is given
@@ -38,12 +45,13 @@ the plan would not fit later in the same plan: every gang is considered exactly 
 
 Speed. Queue scans: while nothing is admitted, whether a gang can be admitted and why not
 depends only on its fit class, size and bigness (for gangs that are not elastic, and while no
-big gang holds a reservation); each such *verdict key* is a small int, a scan decides each key
-once and skips the gangs of keys already turned down with a C-level search. Reasons are not
-formatted per gang: the decisions carry, per scanned stretch of a queue, the verdict per key,
-and `PendingReasons` writes the gang -> reason mapping only when someone reads it. Node fit
-works per bucket of nodes with equal free capacity (policies/fit.py). The decisions are the
-same as the straightforward version's, pinned by tests/unit/test_plan_regression.py.
+big gang holds a reservation; a big gang waiting for nodes ends a scan, as it may take one);
+each such *verdict key* is a small int, a scan decides each key once and skips the gangs of
+keys already turned down with a C-level search. Reasons are not formatted per gang: the
+decisions carry, per scanned stretch of a queue, the verdict per key, and `PendingReasons`
+writes the gang -> reason mapping only when someone reads it. Node fit works per bucket of
+nodes with equal free capacity (policies/fit.py). The decisions are the same as the
+straightforward version's, pinned by tests/unit/test_plan_regression.py.
 """
 
 from __future__ import annotations
@@ -69,7 +77,6 @@ from policies.model import (
     QueueTree,
     ScreenKey,
     Snapshot,
-    SubmitStamp,
 )
 from policies.quota import INF, QuotaState
 from policies.resources import Resources
@@ -315,6 +322,14 @@ class _State:
                     best, limiting = INF, i
             self.dominant[id(fit)] = (best, limiting)
         return fit
+
+    def reserve(self, fit: FitClass, pods: int) -> Pool:
+        """Set nodes aside for a big gang (see `Cluster.reserve`); variants of fit classes
+        without an earlier reservation's nodes are forgotten with it."""
+        reserved = self.cluster.reserve(fit, pods)
+        if self.variants and next(iter(self.variants))[1] != id(reserved):
+            self.variants.clear()
+        return reserved
 
     def restricted(self, fit: FitClass, reserved: Pool) -> FitClass:
         """``fit`` without the reserved nodes (for gangs younger than the holder)."""
@@ -593,7 +608,7 @@ class _Cycle:
             self.parts.append(partial(_fill_all, missing))
             self.count += len(missing)
         try:
-            self._size_ratio_state(views)  # 4.
+            self._size_ratio_state()  # 4.
             self._blind_hold_state()
             self._admit(views)  # 5. and 6.
         finally:
@@ -612,8 +627,10 @@ class _Cycle:
 
     # --- step 4 --------------------------------------------------------------------------
 
-    def _size_ratio_state(self, views: Sequence[_View]) -> None:
-        """Who big gangs are serialized behind; which big gang holds a reservation."""
+    def _size_ratio_state(self) -> None:
+        """Who big gangs are serialized behind: the big gang admitted longest ago that does
+        not run yet. (Which big gang holds a reservation is decided in policy order, in
+        `_admit`.)"""
         state = self.state
         tree = self.tree
         waiting: list[tuple[float, str]] = []
@@ -627,25 +644,6 @@ class _Cycle:
                 waiting.append((admitted.admitted_at, admitted.gang.id))
         if waiting:
             self.blocker = min(waiting)[1]
-            return
-        oldest: tuple[SubmitStamp, Gang, FitClass] | None = None
-        for _, _, _, bigs in views:
-            for entry in bigs:  # the queue's big gangs, in queue order
-                gang = entry[2]
-                if oldest is None or gang.submitted < oldest[0]:
-                    oldest = (gang.submitted, gang, entry[3])
-        if oldest is None:
-            return
-        _, gang, fit = oldest
-        if not tree.queues[gang.queue].node_fit:
-            return
-        floor = gang.min if self._elastic_now(gang) else gang.size
-        if self._quota_room(gang.queue, fit, floor)[0] < floor:
-            return  # held back by its queue's quota, not by nodes: reserve nothing
-        # Whatever free capacity the holder may use, it needs (it needs at least all of it,
-        # or it fits now and must not lose it to younger gangs planned before it).
-        self.holder = gang
-        self.reserved = fit.pool
 
     def _blind_hold_state(self) -> None:
         """Node-blind queues: the oldest stuck gang they admitted, if any."""
@@ -662,6 +660,14 @@ class _Cycle:
                 oldest = entry
         if oldest is not None:
             self.blind_hold = reasons.held_behind_partial(oldest[1])
+
+    def _floor(self, gang: Gang) -> int:
+        return gang.min if self._elastic_now(gang) else gang.size
+
+    def _may_reserve(self, reason: Reason, queue: Queue) -> bool:
+        """A big gang that waits for nodes only (its quota suffices) takes the plan's one
+        reservation, if nobody holds it yet."""
+        return self.holder is None and reason.code == "NoFit" and queue.node_fit
 
     def _elastic_now(self, gang: Gang) -> bool:
         return gang.min < gang.size and self.now - gang.submitted.time >= gang.elastic_after
@@ -728,6 +734,10 @@ class _Cycle:
             _, _, gang, fit, big, _ = entries[at]
             reason = consider(gang, fit, big, queues[leaf], True)
             if reason is not None:
+                if big and self._may_reserve(reason, queues[leaf]):
+                    self.holder = gang
+                    self.reserved = self.state.reserve(fit, self._floor(gang))
+                    reason = reasons.no_fit_reserving(reason)
                 self._one(gang.id, reason)
                 if strict[leaf]:
                     self._block(entries, at + 1, gang)
@@ -780,7 +790,7 @@ class _Cycle:
                         break
                 else:
                     reason = consider(gang, fit, big, queue, False)
-                    if reason is None:
+                    if reason is None or (big and self._may_reserve(reason, queue)):
                         break
                 known[vkey] = reason
             else:
@@ -792,7 +802,7 @@ class _Cycle:
                 else:
                     floor, quick = gang.size, minimum >= gang.size
                 reason = verdict(gang, fit, big, queue, available, floor, quick)
-                if reason is None:
+                if reason is None or (big and self._may_reserve(reason, queue)):
                     break
                 if extras is None:
                     extras = {}
@@ -892,12 +902,18 @@ class _Cycle:
                 del position[leaf]
 
     def _share(self, leaf: str, gang: Gang, fit: FitClass) -> float:
-        """The queue's weighted dominant share if ``gang`` were admitted at full size."""
+        """The queue's weighted dominant share if ``gang`` were admitted at full size, over the
+        resources ``gang`` asks for: a queue that holds every GPU is not pushed back when its
+        head asks for CPU only (admitting it takes no GPU), so it competes for CPU by its CPU
+        share. Over all resources, a queue with a saturated resource would go first for every
+        other resource for as long as it has demand."""
         usage = self.quota.usage[leaf]
         request = fit.request
         size = gang.size
         best = 0.0
         for i, inverse in self.state.inverse_capacity:
+            if request[i] == 0:
+                continue
             share = (usage[i] + request[i] * size) * inverse
             if share > best:
                 best = share
@@ -943,7 +959,7 @@ class _Cycle:
             return None
         usable = fit
         holder = self.holder
-        if holder is not None and gang is not holder and holder.submitted < gang.submitted:
+        if holder is not None and gang is not holder:
             assert self.reserved is not None
             usable = self.state.restricted(fit, self.reserved)
         cluster = self.cluster
@@ -958,7 +974,7 @@ class _Cycle:
         room = cluster.room(usable)
         if usable is not fit and cluster.room(fit) >= floor:
             assert holder is not None
-            return reasons.reserved_for_older(holder.id)
+            return reasons.reserved_for(holder.id)
         if minimum < size and not elastic_now and room >= minimum:
             return self._elastic_waiting(gang, room)
         return _no_fit(floor, gang.pod_requests, fit.one_pod_per_node, room, fit.restricted)

@@ -19,7 +19,7 @@ __all__ = [
     "no_fit",
     "queue_not_found",
     "quota_exhausted",
-    "reserved_for_older",
+    "reserved_for",
     "size_ratio_rejected",
     "size_ratio_serialized",
     "strict_fifo_blocked",
@@ -125,11 +125,20 @@ def queue_not_found(queue: str, leaves: Iterable[str], cohort: bool) -> Reason:
     )
 
 
-def reserved_for_older(holder: str) -> Reason:
+def reserved_for(holder: str) -> Reason:
     return Reason(
-        "ReservedForOlder",
-        f"capacity reserved for older gang {holder} "
-        "(size ratio: the oldest big gang is not starved)",
+        "Reserved",
+        f"capacity reserved for big gang {holder}, which comes before it in the policy's order "
+        "(size ratio: the first big gang that waits for nodes is not starved)",
+    )
+
+
+def no_fit_reserving(reason: Reason) -> Reason:
+    """``reason`` (NoFit) of the big gang that holds the plan's reservation."""
+    return Reason(
+        reason.code,
+        f"{reason.message}; holds a reservation: gangs after it in the policy's order keep off "
+        "the nodes it needs",
     )
 
 

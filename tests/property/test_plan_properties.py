@@ -246,3 +246,49 @@ def test_global_strict_fifo_admits_a_prefix(snapshot: Snapshot) -> None:
     order = {g.id: i for i, g in enumerate(everyone)}
     positions = [order[a.gang_id] for a in decisions.admitted]
     assert positions == sorted(positions)
+
+
+@SETTINGS
+@given(snapshots(), POLICIES)
+def test_at_most_one_reservation_and_every_wait_for_it_names_it(
+    snapshot: Snapshot, policy: str
+) -> None:
+    """Reservations cannot pile up: one per plan at most, held by a waiting big gang that
+    does not fit nodes, and every gang kept off its nodes names that gang."""
+    decisions = plan(snapshot, policy)
+    holders = [
+        gang_id
+        for gang_id, reason in decisions.pending.items()
+        if reason.code == "NoFit" and "holds a reservation" in reason.message
+    ]
+    assert len(holders) <= 1
+    for reason in decisions.pending.values():
+        if reason.code == "Reserved":
+            assert holders
+            assert f"big gang {holders[0]}," in reason.message
+
+
+@SETTINGS
+@given(snapshots(with_admitted=False), POLICIES)
+def test_a_reservation_never_holds_back_what_comes_before_it(
+    snapshot: Snapshot, policy: str
+) -> None:
+    """A gang admitted by the plan came before the holder in the policy's order or fit beside
+    it: taking away the holder admits the same gangs before it (the plan's order is the
+    order of admission), so nothing before the holder waited for it."""
+    decisions = plan(snapshot, policy)
+    holders = {
+        gang_id
+        for gang_id, reason in decisions.pending.items()
+        if reason.code == "NoFit" and "holds a reservation" in reason.message
+    }
+    if not holders:
+        return
+    without = dataclasses.replace(
+        snapshot, pending=[g for g in snapshot.pending if g.id not in holders]
+    )
+    before = [a.gang_id for a in plan(without, policy).admitted]
+    admitted = [a.gang_id for a in decisions.admitted]
+    # Every gang admitted with the reservation in place is admitted without it too, in the
+    # same order up to the first gang the reservation changed.
+    assert before[: len(admitted)] == admitted or set(admitted) <= set(before)

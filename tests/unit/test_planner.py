@@ -254,7 +254,7 @@ def test_queue_not_found() -> None:
     }
 
 
-def test_reserved_for_older() -> None:
+def test_reserved_for() -> None:
     tree = queues(size_ratio=SizeRatio(0.1))
     busy = running(gang("busy", 8, 2), {"n0": 1, "n1": 1})
     pending = [
@@ -266,26 +266,47 @@ def test_reserved_for_older() -> None:
     assert admitted_ids(decisions) == ["ns/older"]  # older than the big gang: not held back
     assert decisions.pending == {
         "ns/big": Reason(
-            "NoFit", "does not fit nodes: needs 3 pods of 8 cpu, free capacity holds 1"
+            "NoFit",
+            "does not fit nodes: needs 3 pods of 8 cpu, free capacity holds 1; holds a "
+            "reservation: gangs after it in the policy's order keep off the nodes it needs",
         ),
         "ns/younger": Reason(
-            "ReservedForOlder",
-            "capacity reserved for older gang ns/big (size ratio: the oldest big gang is not "
-            "starved)",
+            "Reserved",
+            "capacity reserved for big gang ns/big, which comes before it in the policy's order "
+            "(size ratio: the first big gang that waits for nodes is not starved)",
         ),
     }
 
 
-def test_reservation_keeps_a_fitting_big_gang_ahead_of_younger_ones() -> None:
-    # Queue b's small gang has the lower DRF share and is tried first, but it is younger than
-    # the big gang, which fits now and so keeps the nodes it needs.
+def test_reservation_holds_only_against_gangs_after_it_in_policy_order() -> None:
+    # Queue b's small gang has the lower weighted DRF share, so it comes first and is not held
+    # back by the older big gang of queue a; the big gang then no longer fits and holds the
+    # reservation against what comes after it: queue a's younger gang, and queue b's next one,
+    # whose weighted share with it (5/32 / 0.1) is above queue a's with the big gang (1.0).
+    tree = QueueTree.build(
+        [Queue("a", size_ratio=SizeRatio(0.1)), Queue("b", weight=0.1, size_ratio=None)]
+    )
+    pending = [
+        gang("big", 8, 4, queue="a", t=0),
+        gang("small", 1, 1, queue="b", t=5),
+        gang("later", 1, 1, queue="a", t=6),
+        gang("more", 4, 1, queue="b", t=7),
+    ]
+    decisions = run(pending, tree)
+    assert admitted_ids(decisions) == ["ns/small"]
+    assert decisions.pending["ns/big"].code == "NoFit"
+    assert "holds a reservation" in decisions.pending["ns/big"].message
+    assert decisions.pending["ns/later"].code == "Reserved"
+    assert decisions.pending["ns/more"].code == "Reserved"
+
+
+def test_a_big_gang_that_fits_is_admitted_at_its_turn() -> None:
     tree = QueueTree.build(
         [Queue("a", size_ratio=SizeRatio(0.1)), Queue("b", size_ratio=SizeRatio(0.1))]
     )
-    pending = [gang("big", 8, 4, queue="a", t=0), gang("small", 1, 1, queue="b", t=5)]
+    pending = [gang("big", 8, 3, queue="a", t=0), gang("small", 1, 1, queue="b", t=5)]
     decisions = run(pending, tree)
-    assert admitted_ids(decisions) == ["ns/big"]
-    assert decisions.pending["ns/small"].code == "ReservedForOlder"
+    assert admitted_ids(decisions) == ["ns/small", "ns/big"]
 
 
 # --- the rules -----------------------------------------------------------------------------
