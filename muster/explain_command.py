@@ -136,8 +136,10 @@ def changes_for(
         ]
     if code == "Reserved":
         return [
-            "the older big gang it names is admitted: the room it may use is kept for it, so a "
-            "stream of small gangs cannot starve it"
+            "the big gang it names is admitted: it comes before this gang in the policy's "
+            "order (DRF: its queue holds a lower weighted share), and the nodes it needs are "
+            "kept for it so a stream of smaller gangs cannot starve it; gangs of queues below "
+            "its queue's share are never held back by it"
         ]
     if code == "HeldBehindPartial":
         return [
