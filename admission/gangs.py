@@ -2,8 +2,9 @@
 
 Pure functions from API objects (plain dicts, as the watch delivers them) to compact records the
 cache keeps. Nothing here talks to the API. A MiniCluster's gang is its Job: the webhook labels
-that Job through the MiniCluster's `jobLabels` (queue, min-members) and stamps it with the
-MiniCluster's submission stamp, so one adapter serves both kinds.
+that Job through the MiniCluster's `jobLabels` (queue, min-members, priority, elastic-after,
+clog-timeout) and stamps it with the MiniCluster's submission stamp, so one adapter serves both
+kinds.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from policies import (
     Taint,
     Toleration,
 )
-from policies.durations import DurationError, parse_duration
+from policies.durations import DurationError, parse_clog_timeout, parse_duration
 from policies.model import PolicyError, parse_priority
 from policies.selectors import LabelSelector, parse_label_selector
 from policies.submitted import StampError, parse_stamp
@@ -192,7 +193,7 @@ def is_managed_job(body: Mapping[str, Any]) -> bool:
     return QUEUE in (meta.get("labels") or {}) and SUBMITTED in (meta.get("annotations") or {})
 
 
-_READ_LABELS: Final = (QUEUE, MIN_MEMBERS, PRIORITY, ELASTIC_AFTER)
+_READ_LABELS: Final = (QUEUE, MIN_MEMBERS, PRIORITY, ELASTIC_AFTER, CLOG_TIMEOUT)
 _READ_ANNOTATIONS: Final = (
     QUEUE,
     SUBMITTED,
@@ -276,11 +277,11 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         error = str(exc)
         stamp = SubmitStamp(0.0, 0, f"{namespace}/{name}")
     clog_timeout: float | None = None
-    if CLOG_TIMEOUT in annotations:
+    # A MiniCluster's Job has it as a label (the webhook puts it in spec.jobLabels).
+    clog_text = annotations.get(CLOG_TIMEOUT) or labels.get(CLOG_TIMEOUT)
+    if clog_text is not None:
         try:
-            clog_timeout = parse_duration(
-                annotations[CLOG_TIMEOUT], field=f"annotation {CLOG_TIMEOUT}"
-            )
+            clog_timeout = parse_clog_timeout(clog_text, CLOG_TIMEOUT)
         except DurationError as exc:
             error = str(exc)
     priority = 0

@@ -40,6 +40,15 @@ def parse_duration(value: object, *, field: str) -> float:
     return seconds
 
 
+def parse_clog_timeout(value: object, where: str) -> float:
+    """A gang's own clog timeout (`muster.dev/clog-timeout`), in seconds.
+
+    One reading for the webhook (which refuses a bad one) and the controller (which keeps a Job
+    with a bad one waiting, with this message); raises DurationError naming `where`.
+    """
+    return parse_duration(value, field=where)
+
+
 def format_duration(seconds: float) -> str:
     """A short human form: 45s, 5m, 1h30m, 2d3h (rounded to whole seconds)."""
     total = round(seconds)

@@ -13,7 +13,8 @@ QUEUE: Final = "muster.dev/queue"
 MIN_MEMBERS: Final = "muster.dev/min-members"
 """Annotation or label: the gang's elastic minimum (default: its size)."""
 CLOG_TIMEOUT: Final = "muster.dev/clog-timeout"
-"""Annotation: per-gang clog timeout override (a duration)."""
+"""Annotation or label: per-gang clog timeout override (a duration). A MiniCluster's reaches its
+Job as a label, through `spec.jobLabels`."""
 PRIORITY: Final = "muster.dev/priority"
 """Annotation or label: the gang's priority in its queue, 0..1e9, higher first (default 0)."""
 PRIORITY_MAX: Final = 1_000_000_000

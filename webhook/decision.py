@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from policies.durations import DurationError, parse_duration
+from policies.durations import DurationError, parse_clog_timeout, parse_duration
 from policies.model import PolicyError, parse_priority
 from policies.vocabulary import (
     CLOG_TIMEOUT,
@@ -120,8 +120,17 @@ def check_elastic_after(value: object, where: str) -> float:
         raise AdmissionRejected(str(exc)) from None
 
 
+def check_clog_timeout(value: object, where: str) -> float:
+    try:
+        return parse_clog_timeout(value, where)
+    except DurationError as exc:
+        raise AdmissionRejected(str(exc)) from None
+
+
 def _check_gang_fields(values: Mapping[str, str], source: str) -> dict[str, str]:
-    """Validate priority and elastic-after in `values` (annotations or labels); the ones set."""
+    """Validate priority, elastic-after and clog-timeout in `values` (annotations or labels);
+    the ones set, as a MiniCluster's Job carries them (`admission.gangs.job_record` reads each
+    from the Job's annotation, else its label)."""
     found: dict[str, str] = {}
     if PRIORITY in values:
         check_priority(values[PRIORITY], f"{source} {PRIORITY}")
@@ -129,15 +138,10 @@ def _check_gang_fields(values: Mapping[str, str], source: str) -> dict[str, str]
     if ELASTIC_AFTER in values:
         check_elastic_after(values[ELASTIC_AFTER], f"{source} {ELASTIC_AFTER}")
         found[ELASTIC_AFTER] = str(values[ELASTIC_AFTER]).strip()
+    if CLOG_TIMEOUT in values:
+        check_clog_timeout(values[CLOG_TIMEOUT], f"{source} {CLOG_TIMEOUT}")
+        found[CLOG_TIMEOUT] = str(values[CLOG_TIMEOUT]).strip()
     return found
-
-
-def _check_clog_timeout(annotations: Mapping[str, str]) -> None:
-    if CLOG_TIMEOUT in annotations:
-        try:
-            parse_duration(annotations[CLOG_TIMEOUT], field=f"annotation {CLOG_TIMEOUT}")
-        except DurationError as exc:
-            raise AdmissionRejected(str(exc)) from None
 
 
 def _queue_warning(queue: str, known_queues: Collection[str] | None) -> tuple[str, ...]:
@@ -206,7 +210,6 @@ def decide_job(
         if MIN_MEMBERS in values:
             _check_min_members(values[MIN_MEMBERS], size, f"{source} {MIN_MEMBERS}")
         _check_gang_fields(values, source)
-    _check_clog_timeout(annotations)
 
     name = meta.get("name") or ""
     from_minicluster = is_minicluster_ref(owner)
@@ -234,9 +237,10 @@ def decide_minicluster(
 ) -> Decision:
     """Decide for a Flux Operator MiniCluster being created.
 
-    A MiniCluster has no suspend field; muster puts the queue and the gang minimum into
-    `spec.jobLabels`, so the Indexed Job the operator creates arrives labelled and is suspended
-    by `decide_job`. The gang is the MiniCluster: size = spec.size, min = spec.minSize.
+    A MiniCluster has no suspend field; muster puts the queue, the gang minimum and the gang's
+    priority, elastic-after and clog-timeout into `spec.jobLabels`, so the Indexed Job the
+    operator creates arrives labelled and is suspended by `decide_job`. The gang is the
+    MiniCluster: size = spec.size, min = spec.minSize.
     """
     meta = minicluster.get("metadata") or {}
     spec = minicluster.get("spec") or {}
@@ -255,8 +259,9 @@ def decide_minicluster(
         minimum = _check_min_members(spec["minSize"], size, "spec.minSize")
     if MIN_MEMBERS in annotations:
         minimum = _check_min_members(annotations[MIN_MEMBERS], size, f"annotation {MIN_MEMBERS}")
-    _check_clog_timeout(annotations)
-    # Priority and elastic-after travel to the MiniCluster's Job as labels, like the minimum.
+    # Priority, elastic-after and clog-timeout travel to the MiniCluster's Job as labels, like
+    # the minimum: the operator copies spec.jobLabels onto the Job, the only place the
+    # controller reads gang fields from.
     job_labels = {QUEUE: queue, MIN_MEMBERS: str(minimum)}
     job_labels.update(_check_gang_fields(labels, "label"))
     job_labels.update(_check_gang_fields(annotations, "annotation"))

@@ -14,10 +14,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from admission.gangs import parse_admitted
-from admission.kubeapi import KubeClient
+from admission.kubeapi import ApiError, KubeClient
 from policies.submitted import parse_stamp
-from policies.vocabulary import EVICTED_REASON, SUBMITTED
+from policies.vocabulary import CLOG_TIMEOUT, EVICTED_REASON, SUBMITTED
 from simulator.controlplane.cluster import FAKE_NODE_TAINT, NODE_GROUP_LABEL
+from simulator.controlplane.minicluster import MiniClusterReconciler
 from tests.conftest import MusterProcess
 from tests.controller_helpers import (
     QUEUES,
@@ -393,3 +394,83 @@ def test_a_higher_priority_gang_goes_first_in_its_queue(
         )
     finally:
         delete_queue(kube, q)
+
+
+def test_a_miniclusters_own_clog_timeout_evicts_it_before_the_queues(
+    kube: KubeClient, namespace: str, muster: MusterProcess
+) -> None:
+    """A MiniCluster with `muster.dev/clog-timeout: 4s` in a node-blind queue whose clogTimeout
+    is 10m: its pods select no node, so its gang never becomes ready, and the controller evicts
+    it as Clogged after the MiniCluster's 4 s, not the queue's 10 minutes. The value reaches the
+    controller only through the Job the operator makes (spec.jobLabels)."""
+    q = f"{namespace}-clog"
+    # A long backoff: the evicted gang is not admitted again while the test looks at it.
+    create_queue(
+        kube, q, {"nodeFit": False, "clogTimeout": "10m", "backoff": {"base": "5m", "max": "5m"}}
+    )
+    minicluster = {
+        "apiVersion": "flux-framework.org/v1alpha2",
+        "kind": "MiniCluster",
+        "metadata": {
+            "name": "stuck",
+            "labels": {"muster.dev/queue": q},
+            "annotations": {CLOG_TIMEOUT: "4s"},
+        },
+        "spec": {
+            "size": 2,
+            "containers": [{"image": "lammps", "resources": {"requests": {"cpu": "1"}}}],
+            # No node has this label: the pods stay unscheduled, the gang never gets ready.
+            "pod": {"nodeSelector": {"muster.dev/test-no-such-node": "true"}},
+        },
+    }
+    path = f"/apis/flux-framework.org/v1alpha2/namespaces/{namespace}/miniclusters"
+    reconciler = MiniClusterReconciler(kube, namespace).start()
+    job_path = f"{jobs_path(namespace)}/stuck"
+
+    def current_job() -> dict[str, Any]:
+        try:
+            return kube.get(job_path)
+        except ApiError as exc:
+            if exc.status == 404:  # the reconciler has not made it yet
+                return {}
+            raise
+
+    try:
+        stored = create_through_webhook(kube, path, minicluster)
+        admitted_job: dict[str, Any] = wait_for(
+            lambda: j if admitted(j := current_job()) else None,
+            timeout=60,
+            what="the MiniCluster's Job admitted",
+        )
+        admitted_at, _ = parse_admitted(str(admitted(admitted_job)))
+        evicted: dict[str, Any] = wait_for(
+            lambda: j if evictions(j := current_job()) else None,
+            timeout=90,
+            what="the MiniCluster's Job evicted after its own 4 s clog timeout",
+        )
+        assert evicted["metadata"]["annotations"][EVICTED_REASON] == "Clogged"
+        assert evicted["spec"]["suspend"] is True
+        # Evicted after 4 s, give or take the controller's and the test's polling.
+        assert time.time() - admitted_at < 90
+        message = wait_for(
+            lambda: next(
+                (
+                    e["message"]
+                    for e in kube.get(
+                        f"/api/v1/namespaces/{namespace}/events",
+                        {"fieldSelector": "involvedObject.name=stuck,reason=Evicted"},
+                    )["items"]
+                ),
+                None,
+            ),
+            timeout=30,
+            what="the Evicted Event",
+        )
+        assert "(clog timeout 4s)" in message, message
+        # The way it went: the webhook's spec.jobLabels, copied onto the Job by the operator.
+        assert stored["spec"]["jobLabels"][CLOG_TIMEOUT] == "4s"
+        assert admitted_job["metadata"]["labels"][CLOG_TIMEOUT] == "4s"
+    finally:
+        reconciler.stop()
+        delete_queue(kube, q)
+    assert not reconciler.errors, reconciler.errors[:3]

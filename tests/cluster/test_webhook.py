@@ -227,7 +227,11 @@ def test_minicluster_job_is_created_suspended_with_gang_labels(
     minicluster = {
         "apiVersion": "flux-framework.org/v1alpha2",
         "kind": "MiniCluster",
-        "metadata": {"name": "lammps", "labels": {"muster.dev/queue": queue}},
+        "metadata": {
+            "name": "lammps",
+            "labels": {"muster.dev/queue": queue},
+            "annotations": {"muster.dev/clog-timeout": "90s"},
+        },
         "spec": {"size": 8, "minSize": 6, "containers": [{"image": "lammps"}]},
     }
     path = f"/apis/flux-framework.org/v1alpha2/namespaces/{namespace}/miniclusters"
@@ -235,6 +239,7 @@ def test_minicluster_job_is_created_suspended_with_gang_labels(
     assert stored_mc["spec"]["jobLabels"] == {
         "muster.dev/queue": queue,
         "muster.dev/min-members": "6",
+        "muster.dev/clog-timeout": "90s",
     }
     mc_stamp = stored_mc["metadata"]["annotations"]["muster.dev/submitted"]
     reconciler = MiniClusterReconciler(kube, namespace).start()
@@ -250,6 +255,8 @@ def test_minicluster_job_is_created_suspended_with_gang_labels(
     assert job["spec"]["suspend"] is True
     assert job["spec"]["parallelism"] == 8 and job["spec"]["completionMode"] == "Indexed"
     assert job["metadata"]["labels"]["muster.dev/min-members"] == "6"
+    # The Job is where the controller reads gang fields, the MiniCluster's clog timeout too.
+    assert job["metadata"]["labels"]["muster.dev/clog-timeout"] == "90s"
     assert job["metadata"]["annotations"]["muster.dev/gang-kind"] == "MiniCluster"
     assert job["spec"]["template"]["metadata"]["labels"]["muster.dev/gang"] == "lammps"
     # The gang keeps the MiniCluster's place in line when the webhook had indexed it already.

@@ -84,6 +84,23 @@ def test_a_bad_priority_or_elastic_wait_keeps_the_gang_waiting_with_why(
     assert record.parse_error is not None and record.parse_error.startswith(error)
 
 
+def test_job_record_reads_the_clog_timeout_from_annotation_or_label() -> None:
+    assert job_record(job("a")).clog_timeout is None
+    assert job_record(job("a", annotations={"muster.dev/clog-timeout": "1h30m"})).clog_timeout == (
+        5400.0
+    )
+    # A MiniCluster's Job: the webhook carried the MiniCluster's value in spec.jobLabels.
+    labelled = job("b")
+    labelled["metadata"]["labels"]["muster.dev/clog-timeout"] = "90s"
+    record = job_record(labelled)
+    assert record.clog_timeout == 90.0 and record.parse_error is None
+    labelled["metadata"]["labels"]["muster.dev/clog-timeout"] = "soon"
+    bad = job_record(labelled, previous=record)  # a changed label is read again
+    assert bad.clog_timeout is None
+    assert bad.parse_error is not None
+    assert bad.parse_error.startswith("muster.dev/clog-timeout: 'soon' is not a duration")
+
+
 def test_admitted_annotation_round_trips() -> None:
     value = format_admitted(1_800_000_000.25, 3)
     assert parse_admitted(value) == (1_800_000_000.25, 3)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from policies.vocabulary import ELASTIC_AFTER, PRIORITY
+from policies.vocabulary import CLOG_TIMEOUT, ELASTIC_AFTER, PRIORITY
 from webhook.configuration import build_configuration
 from webhook.decision import (
     AdmissionRejected,
@@ -235,6 +235,53 @@ def test_minicluster_priority_and_elastic_after_travel_in_job_labels() -> None:
     body["metadata"]["annotations"]["muster.dev/priority"] = "soon"
     with pytest.raises(AdmissionRejected, match=r"annotation muster.dev/priority: 'soon'"):
         decide_mc(body)
+
+
+def _merged(body: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """`body` with a merge patch (no deletions) applied, as the apiserver stores it."""
+    out = dict(body)
+    for key, value in patch.items():
+        old = out.get(key)
+        out[key] = (
+            _merged(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+        )
+    return out
+
+
+def test_minicluster_clog_timeout_reaches_the_controllers_gang_record() -> None:
+    """The per-gang clog timeout on a MiniCluster takes the path the other gang fields take:
+    webhook -> spec.jobLabels -> the operator's Job -> webhook again -> the controller's record
+    (which reads gang fields from the Job only)."""
+    from admission.gangs import job_record
+    from simulator.controlplane.minicluster import job_for
+
+    body = minicluster(size=4, min_size=2)
+    body["metadata"]["annotations"] = {CLOG_TIMEOUT: "90s"}
+    patch = decide_mc(body).patch
+    assert patch["spec"]["jobLabels"][CLOG_TIMEOUT] == "90s"
+    stored = _merged(body, patch)
+    assert stored["spec"]["jobLabels"]["app"] == "lammps"  # the user's own jobLabels stay
+    stored.update(apiVersion="flux-framework.org/v1alpha2", kind="MiniCluster")
+    stored["metadata"]["uid"] = "uid-lammps"
+    mc_job = job_for(stored)
+    assert mc_job["metadata"]["labels"][CLOG_TIMEOUT] == "90s"
+    decision = decide(mc_job, owner_stamp=STAMP)
+    assert decision.managed
+    admitted_job = _merged(mc_job, decision.patch)
+    record = job_record(admitted_job)
+    assert record.parse_error is None
+    assert record.clog_timeout == 90.0
+    assert record.kind == "MiniCluster" and record.gang.min == 2
+
+
+def test_minicluster_clog_timeout_label_travels_and_bad_ones_are_refused() -> None:
+    body = minicluster(labels={"muster.dev/queue": "gpu", CLOG_TIMEOUT: "2m"})
+    assert decide_mc(body).patch["spec"]["jobLabels"][CLOG_TIMEOUT] == "2m"
+    body["metadata"]["annotations"] = {CLOG_TIMEOUT: "soon"}
+    with pytest.raises(AdmissionRejected, match=r"annotation muster.dev/clog-timeout: 'soon'"):
+        decide_mc(body)
+    with pytest.raises(AdmissionRejected, match=r"label muster.dev/clog-timeout: 'soon'"):
+        decide(job(labels={"muster.dev/queue": "gpu", CLOG_TIMEOUT: "soon"}))
 
 
 def test_bad_minicluster_sizes_are_rejected() -> None:
