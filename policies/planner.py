@@ -332,7 +332,7 @@ class _State:
         return reserved
 
     def restricted(self, fit: FitClass, reserved: Pool) -> FitClass:
-        """``fit`` without the reserved nodes (for gangs younger than the holder)."""
+        """``fit`` without the reserved nodes (for gangs after the holder in policy order)."""
         key = (id(fit), id(reserved))
         variant = self.variants.get(key)
         if variant is None:
@@ -588,7 +588,9 @@ class _Cycle:
         self.quota_reasons: dict[tuple[str, int, float, float], Reason] = {}
         # Size ratio state.
         self.blocker: str | None = None  # a big gang admitted and not yet running
-        self.holder: Gang | None = None  # the oldest big gang: younger gangs keep off its nodes
+        # The first big gang in policy order that waits for nodes: gangs after it keep off
+        # the nodes it needs (see _admit).
+        self.holder: Gang | None = None
         self.reserved: Pool | None = None
         # Set while a node-blind queue's admitted gang is stuck: node-blind queues admit nothing.
         self.blind_hold: Reason | None = None
@@ -1012,9 +1014,6 @@ class _Cycle:
         self.admitted.append(Admission(gang.id, leaf, size, placement))
         if big:
             self.blocker = gang.id
-        if gang is self.holder:
-            # Placed: younger gangs may use what is left.
-            self.holder = None
 
 
 class Planner:
