@@ -141,6 +141,15 @@ def changes_for(
             "kept for it so a stream of smaller gangs cannot starve it; gangs of queues below "
             "its queue's share are never held back by it"
         ]
+    if code == "Preempted":
+        return [
+            "nothing: it went back to pending at its original submission time, with no backoff "
+            "and no count toward its backoff limit, and is admitted again when it fits; after "
+            f"spec.preemption.protectAfter preemptions its queue {q} protects it for "
+            "spec.preemption.protectFor",
+            "to keep it from being preempted, give it a higher muster.dev/priority than the "
+            "preemptor, or set preemption rules on the preemptor's queue to Never",
+        ]
     if code == "HeldBehindPartial":
         return [
             "the gang it names gets room for all its pods, or the clog detector evicts it "

@@ -10,6 +10,7 @@ from policies.model import (
     Gang,
     Node,
     PolicyError,
+    Preemption,
     Queue,
     QueueTree,
     SizeRatio,
@@ -19,6 +20,7 @@ from policies.model import (
     Toleration,
 )
 from policies.planner import Planner, plan
+from policies.preemption import parse_preemption
 from policies.resources import QuantityError, Resources, format_quantity, parse_quantity
 from policies.strategies import AdmissionPolicy, get_policy, register_policy
 
@@ -34,6 +36,7 @@ __all__ = [
     "PendingReasons",
     "Planner",
     "PolicyError",
+    "Preemption",
     "QuantityError",
     "Queue",
     "QueueTree",
@@ -46,6 +49,7 @@ __all__ = [
     "Toleration",
     "format_quantity",
     "get_policy",
+    "parse_preemption",
     "parse_quantity",
     "plan",
     "register_policy",

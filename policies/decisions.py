@@ -19,6 +19,7 @@ ReasonCode = Literal[
     "QueueNotFound",
     "Reserved",
     "HeldBehindPartial",
+    "Preempted",
 ]
 REASON_CODES: Final[tuple[str, ...]] = get_args(ReasonCode)
 
@@ -104,7 +105,10 @@ class PendingReasons(Mapping[str, Reason]):
 @dataclass(slots=True)
 class Decisions:
     """``admitted`` in admission order; ``pending`` = waiting gangs; ``rejected`` = gangs that
-    can never be admitted (NeverFits, SizeRatioRejected): callers fail them.
+    can never be admitted (NeverFits, SizeRatioRejected): callers fail them; ``preempted`` =
+    admitted gangs to evict (reason ``Preempted``, naming the preemptor) before the admissions
+    are carried out: callers suspend and requeue them at their submission stamp, with no
+    backoff. Each preemptor is among ``admitted`` in the same decisions.
 
     ``pending`` is a read-only mapping; the planner returns a `PendingReasons`, whose reasons
     are built only when read."""
@@ -112,6 +116,7 @@ class Decisions:
     admitted: list[Admission] = field(default_factory=list)
     pending: Mapping[str, Reason] = field(default_factory=dict)
     rejected: dict[str, Reason] = field(default_factory=dict)
+    preempted: dict[str, Reason] = field(default_factory=dict)
 
     def reason(self, gang_id: str) -> Reason | None:
         """The reason a gang was not admitted, or None if it was admitted (or unknown)."""

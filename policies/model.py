@@ -22,6 +22,7 @@ __all__ = [
     "Gang",
     "Node",
     "PolicyError",
+    "Preemption",
     "Queue",
     "QueueTree",
     "SizeRatio",
@@ -157,6 +158,7 @@ class Gang:
     tolerations: tuple[Toleration, ...] = ()
     elastic_after: float = 0.0
     kind: str = "Job"
+    preemptions: int = 0  # times it was preempted so far (muster.dev/preemptions)
     # Within-queue order (priority first, then submission), precomputed for the planner's sort.
     order_key: tuple[int, float, int, str] = field(init=False, repr=False, compare=False)
     # Gangs of one queue with equal screen keys are screened and fitted alike (same queue, per-pod
@@ -175,6 +177,10 @@ class Gang:
             raise PolicyError(
                 f"gang {self.id}: elasticAfter must be a non-negative number of seconds, "
                 f"got {self.elastic_after!r}"
+            )
+        if not isinstance(self.preemptions, int) or self.preemptions < 0:
+            raise PolicyError(
+                f"gang {self.id}: preemptions must be a whole number >= 0, got {self.preemptions!r}"
             )
         stamp = self.submitted
         object.__setattr__(self, "order_key", (-self.priority, stamp.time, stamp.seq, stamp.name))
@@ -233,6 +239,47 @@ class SizeRatio:
     action: SizeRatioAction = "Serialize"
 
 
+ReclaimWithinCohort = Literal["Never", "LowerPriority", "Any"]
+WithinQueue = Literal["Never", "LowerPriority"]
+FairShareReclaim = Literal["Never", "Reclaim"]
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Which admitted gangs a queue's pending gang may preempt to be admitted (Kueue-like), and
+    how the queue's own gangs are kept from being preempted again and again.
+
+    - ``reclaim_within_cohort``: gangs of other queues of the cohort tree that use more than
+      their nominal quota (a queue without nominal quota borrows all it uses): ``Any``, only
+      those of lower priority (``LowerPriority``) or none (``Never``).
+    - ``within_queue``: ``LowerPriority`` gangs of the same queue, or ``Never``.
+    - ``fair_share``: ``Reclaim`` = gangs of queues of the tree above their weighted fair share.
+
+    Across queues a gang is never preempted for a queue whose weighted share with the
+    preemptor is not below the victim queue's. ``protect_after``/``protect_for`` are read on
+    the victim's queue: a gang preempted ``protect_after`` times is not preempted again within
+    ``protect_for`` seconds of its admission.
+    """
+
+    reclaim_within_cohort: ReclaimWithinCohort = "Never"
+    within_queue: WithinQueue = "Never"
+    fair_share: FairShareReclaim = "Never"
+    protect_after: int = 3
+    protect_for: float = 600.0
+
+    def validate(self, where: str) -> None:
+        """Raise PolicyError naming the field that is wrong (``where``: the spec's path)."""
+        _validate_preemption(self, where)
+
+    @property
+    def enabled(self) -> bool:
+        return (
+            self.reclaim_within_cohort != "Never"
+            or self.within_queue != "Never"
+            or self.fair_share != "Never"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Queue:
     """A leaf queue takes gangs; a queue with children is a cohort sharing unused quota.
@@ -259,6 +306,7 @@ class Queue:
     clog_timeout: float = 300.0
     backoff: Backoff = Backoff()
     node_fit: bool = True
+    preemption: Preemption = Preemption()
 
 
 class QueueTree:
@@ -350,6 +398,34 @@ class QueueTree:
         return self.ancestors(name)[-1]
 
 
+_RECLAIM = ("Never", "LowerPriority", "Any")
+
+
+def _validate_preemption(preemption: Preemption, path: str) -> None:
+    rules: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+        (
+            "reclaimWithinCohort",
+            preemption.reclaim_within_cohort,
+            ("Never", "LowerPriority", "Any"),
+        ),
+        ("withinQueue", preemption.within_queue, ("Never", "LowerPriority")),
+        ("fairShare", preemption.fair_share, ("Never", "Reclaim")),
+    )
+    for field_name, value, allowed in rules:
+        if value not in allowed:
+            raise PolicyError(
+                f"{path}.{field_name}: must be one of {', '.join(allowed)}, got {value!r}"
+            )
+    if not isinstance(preemption.protect_after, int) or preemption.protect_after < 1:
+        raise PolicyError(
+            f"{path}.protectAfter: must be a whole number >= 1, got {preemption.protect_after!r}"
+        )
+    if not (math.isfinite(preemption.protect_for) and preemption.protect_for >= 0):
+        raise PolicyError(
+            f"{path}.protectFor: must be a duration >= 0, got {preemption.protect_for!r}"
+        )
+
+
 def _validate_queue(queue: Queue) -> None:
     where = f'queue "{queue.name}"'
     if not (isinstance(queue.weight, int | float) and math.isfinite(queue.weight)) or (
@@ -395,6 +471,7 @@ def _validate_queue(queue: Queue) -> None:
         raise PolicyError(
             f"{where}: spec.clogTimeout must be a number of seconds > 0, got {queue.clog_timeout!r}"
         )
+    _validate_preemption(queue.preemption, f"{where}: spec.preemption")
     backoff = queue.backoff
     if not (0 < backoff.base <= backoff.max) or backoff.limit < 0:
         raise PolicyError(

@@ -78,6 +78,7 @@ from policies.model import (
     ScreenKey,
     Snapshot,
 )
+from policies.preemption import preempt
 from policies.quota import INF, QuotaState
 from policies.resources import Resources
 from policies.strategies import AdmissionPolicy, get_policy
@@ -251,6 +252,8 @@ class _State:
         self.missing: dict[str, Reason] = {}  # gangs of a queue that is not a leaf
         self.rejected: dict[str, Reason] = {}  # NeverFits / SizeRatioRejected
         self.not_running: dict[str, AdmittedGang] = {}
+        # Every admitted gang (preemption's candidates): the snapshot's, or a Planner's own.
+        self.admitted: Mapping[str, AdmittedGang] = {}
         self.seq = 0
 
     @classmethod
@@ -273,6 +276,7 @@ class _State:
                     taken[i] += amount * count
         state = cls(snapshot.nodes, snapshot.queues, names, held)
         state.vectors = vectors
+        state.admitted = {admitted.gang.id: admitted for admitted in snapshot.admitted}
         tree = state.tree
         for admitted in snapshot.admitted:
             queue = admitted.gang.queue
@@ -559,6 +563,12 @@ def _fill_one(gang_id: str, reason: Reason, out: dict[str, Reason]) -> None:
     out[gang_id] = reason
 
 
+def _forget(gang_ids: Sequence[str], out: dict[str, Reason]) -> None:
+    """Preemptors were admitted after their reasons were decided."""
+    for gang_id in gang_ids:
+        out.pop(gang_id, None)
+
+
 def _fill_all(reasons: Mapping[str, Reason], out: dict[str, Reason]) -> None:
     out.update(reasons)
 
@@ -592,6 +602,7 @@ class _Cycle:
         # the nodes it needs (see _admit).
         self.holder: Gang | None = None
         self.reserved: Pool | None = None
+        self.preempted: dict[str, Reason] = {}
         # Set while a node-blind queue's admitted gang is stuck: node-blind queues admit nothing.
         self.blind_hold: Reason | None = None
 
@@ -613,6 +624,8 @@ class _Cycle:
             self._size_ratio_state()  # 4.
             self._blind_hold_state()
             self._admit(views)  # 5. and 6.
+            if any(self.tree.queues[view[0]].preemption.enabled for view in views):
+                self._preempt(views)  # 7.
         finally:
             for leaf, demand in reversed(self.taken):
                 self.quota.add(leaf, [(i, -amount) for i, amount in demand])
@@ -625,7 +638,9 @@ class _Cycle:
             }
         else:
             rejected = state.rejected
-        return Decisions(self.admitted, PendingReasons(self.parts, self.count), rejected)
+        return Decisions(
+            self.admitted, PendingReasons(self.parts, self.count), rejected, self.preempted
+        )
 
     # --- step 4 --------------------------------------------------------------------------
 
@@ -663,13 +678,107 @@ class _Cycle:
         if oldest is not None:
             self.blind_hold = reasons.held_behind_partial(oldest[1])
 
-    def _floor(self, gang: Gang) -> int:
+    def floor(self, gang: Gang) -> int:
+        """The fewest pods ``gang`` may be admitted with now."""
         return gang.min if self._elastic_now(gang) else gang.size
 
     def _may_reserve(self, reason: Reason, queue: Queue) -> bool:
         """A big gang that waits for nodes only (its quota suffices) takes the plan's one
         reservation, if nobody holds it yet."""
         return self.holder is None and reason.code == "NoFit" and queue.node_fit
+
+    # --- step 7: preemption (policies/preemption.py) ------------------------------------
+
+    def _preempt(self, views: Sequence[_View]) -> None:
+        """Each preemption-enabled queue's first waiting gang, in the policy's order, may
+        preempt admitted gangs to be admitted now."""
+        queues = self.tree.queues
+        admitted_now = {admission.gang_id for admission in self.admitted}
+        heads: list[tuple[tuple[object, ...], Gang, FitClass]] = []
+        for leaf, entries, _, _ in views:
+            queue = queues[leaf]
+            if not queue.preemption.enabled:
+                continue
+            for entry in entries:
+                gang = entry[2]
+                if gang.id not in admitted_now:
+                    share = self._share(leaf, gang, entry[3])
+                    key = (*self.policy.head_key(gang, queue, share), leaf)
+                    heads.append((key, gang, entry[3]))
+                    break
+        heads.sort(key=itemgetter(0))
+        preemptors: list[str] = []
+
+        def admit(gang: Gang, fit: FitClass, size: int, placement: dict[str, int]) -> None:
+            self._record(gang, fit, False, gang.queue, size, placement)
+            preemptors.append(gang.id)
+
+        self.preempted = preempt(self, [(g, f) for _, g, f in heads], admitted_now, admit)
+        if preemptors:
+            self.parts.append(partial(_forget, preemptors))
+            self.count -= len(preemptors)
+
+    def share_of(self, leaf: str, fit: FitClass, pods: int) -> float:
+        """``leaf``'s weighted dominant share over the resources of ``fit`` with ``pods`` more
+        pods of it (the share `_share` orders heads by)."""
+        usage = self.quota.usage[leaf]
+        request = fit.request
+        best = 0.0
+        for i, inverse in self.state.inverse_capacity:
+            if request[i]:
+                share = (usage[i] + request[i] * pods) * inverse
+                if share > best:
+                    best = share
+        return best / self.tree.queues[leaf].weight
+
+    def borrowing(self, leaf: str) -> bool:
+        """True if ``leaf`` uses more than its nominal quota of some resource (a queue with no
+        nominal quota borrows whatever it uses)."""
+        usage = self.quota.usage[leaf]
+        queue = self.tree.queues[leaf]
+        if queue.nominal is None:
+            return any(usage)
+        index = self.state.index
+        names = self.state.names
+        for i, used in enumerate(usage):
+            if used > 0 and used > queue.nominal[names[i]]:
+                return True
+        return bool(queue.quota_names) and any(
+            usage[index[name]] > 0 and queue.nominal[name] == 0
+            for name in queue.quota_names
+            if name in index
+        )
+
+    def above_fair_share(self, leaf: str, fit: FitClass) -> bool:
+        """True if ``leaf`` holds more than its weighted fair share (its weight's part of the
+        weights of the queues of its tree that hold or wait for something), over the
+        resources of ``fit``."""
+        tree = self.tree
+        root = tree.root(leaf)
+        lines = self.state.lines
+        usage = self.quota.usage
+        total = 0.0
+        for other in tree.leaves:
+            if tree.root(other) != root:
+                continue
+            line = lines.get(other)
+            if any(usage[other]) or (line is not None and line.entries):
+                total += tree.queues[other].weight
+        if total <= 0:
+            return False
+        fair = tree.queues[leaf].weight / total
+        return self.share_of(leaf, fit, 0) * tree.queues[leaf].weight > fair
+
+    def quota_room(self, leaf: str, fit: FitClass, pods: int) -> int:
+        """Pods of ``fit`` (at most ``pods``) ``leaf``'s quota admits now."""
+        return self._quota_room(leaf, fit, pods)[0]
+
+    def give_back(self, leaf: str, demand: Sequence[tuple[int, int]]) -> None:
+        """A preempted gang's quota goes back (and returns to the state after the plan)."""
+        back = [(i, -amount) for i, amount in demand]
+        self.quota.add(leaf, back)
+        if self.keep:
+            self.taken.append((leaf, back))
 
     def _elastic_now(self, gang: Gang) -> bool:
         return gang.min < gang.size and self.now - gang.submitted.time >= gang.elastic_after
@@ -738,7 +847,7 @@ class _Cycle:
             if reason is not None:
                 if big and self._may_reserve(reason, queues[leaf]):
                     self.holder = gang
-                    self.reserved = self.state.reserve(fit, self._floor(gang))
+                    self.reserved = self.state.reserve(fit, self.floor(gang))
                     reason = reasons.no_fit_reserving(reason)
                 self._one(gang.id, reason)
                 if strict[leaf]:
@@ -1238,6 +1347,7 @@ class Planner:
         if state is None:
             names = sorted(self._static_names | self._requested.keys())
             state = _State(self._nodes, self._tree, names)
+            state.admitted = self._admitted
             for admitted in self._admitted.values():
                 state.add_admitted(admitted)
             entries = self._entries

@@ -17,6 +17,8 @@ __all__ = [
     "never_fits_nodes",
     "never_fits_quota",
     "no_fit",
+    "no_fit_reserving",
+    "preempted",
     "queue_not_found",
     "quota_exhausted",
     "reserved_for",
@@ -139,6 +141,13 @@ def no_fit_reserving(reason: Reason) -> Reason:
         reason.code,
         f"{reason.message}; holds a reservation: gangs after it in the policy's order keep off "
         "the nodes it needs",
+    )
+
+
+def preempted(preemptor: str, rule: str) -> Reason:
+    return Reason(
+        "Preempted",
+        f"preempted by {preemptor} ({rule}); requeued at its submission time, no backoff",
     )
 
 

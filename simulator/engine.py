@@ -22,6 +22,7 @@ and time never goes back. Events at one instant are coalesced into one decision.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 import math
 import time as wallclock
@@ -102,6 +103,7 @@ class GangRecord:
     started: float | None = None
     finished: float | None = None
     evictions: int = 0
+    preemptions: int = 0
     clogs: int = 0
     admitted_size: int = 0
     bound: dict[int, int] = field(default_factory=dict)  # node index -> pods bound
@@ -150,7 +152,7 @@ class Incident:
     """A clog or an eviction, for the timeline plot."""
 
     time: float
-    kind: Literal["clog", "evict", "fail"]
+    kind: Literal["clog", "evict", "fail", "preempt"]
     gang: str
     queue: str
 
@@ -709,6 +711,8 @@ class Engine:
         # Reasons are read only where they matter (elastic timers here, pushed-out and stuck
         # gangs later): the planner builds them on the first read.
         self.last_decisions = decisions
+        for gang_id in decisions.preempted:  # first: the preemptors need their capacity
+            self._preempt(self.by_id[gang_id])
         for admission in decisions.admitted:
             record = self.by_id[admission.gang_id]
             self._leave_window(record)
@@ -736,6 +740,21 @@ class Engine:
             if waiting is not None and waiting.code == "ElasticWaiting":
                 self._wake(wake)
                 self.dirty = True  # re-plan when the timer fires
+
+    def _preempt(self, record: GangRecord) -> None:
+        """Preempted: pods deleted, capacity released, back to pending at once at its
+        original submission stamp; no backoff, and it does not count toward the limit."""
+        self._release(record)
+        record.attempt += 1
+        record.preemptions += 1
+        record.gang = dataclasses.replace(record.gang, preemptions=record.preemptions)
+        self.incidents.append(
+            Incident(self.now, "preempt", record.gang.id, self.queue_names[record.queue])
+        )
+        self._set_state(record, PENDING)
+        self._set_waiting(record, record.gang.size)
+        self._enqueue_pending(record)
+        self.dirty = True
 
     def _admit(self, record: GangRecord, size: int, placement: Mapping[str, int]) -> None:
         now = self.now

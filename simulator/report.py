@@ -87,6 +87,7 @@ def summarize(result: EngineResult) -> dict[str, Any]:
         "admitted": sum(1 for r in gangs if r.first_admitted is not None),
         "clogs": sum(r.clogs for r in gangs),
         "evictions": sum(r.evictions for r in gangs),
+        "preemptions": sum(r.preemptions for r in gangs),
         "makespan_s": _round(makespan),
         "end_s": _round(result.end - result.first_submit),
         "utilization_resource": result.utilization_resource,
@@ -159,6 +160,7 @@ def _write_gangs_csv(results: Sequence[EngineResult], path: Path) -> None:
                 "finished_s",
                 "wait_s",
                 "evictions",
+                "preemptions",
                 "clogs",
                 "admitted_size",
                 "state",
@@ -182,6 +184,7 @@ def _write_gangs_csv(results: Sequence[EngineResult], path: Path) -> None:
                         _fmt_time(r.finished),
                         _fmt_time(_wait(r)),
                         r.evictions,
+                        r.preemptions,
                         r.clogs,
                         r.admitted_size or "",
                         STATE_NAMES[r.state],
@@ -315,10 +318,10 @@ def write_plots(results: Sequence[EngineResult], out_dir: Path) -> list[tuple[st
     fig, axes = figure(
         "incidents.png",
         "Cumulative clogs (a gang holding capacity with fewer than min pods running past its "
-        "clog timeout), evictions and failures over time.",
+        "clog timeout), evictions, preemptions and failures over time.",
     )
     for ax, result in zip(axes, results, strict=True):
-        for kind in ("clog", "evict", "fail"):
+        for kind in ("clog", "evict", "preempt", "fail"):
             times = [i.time for i in result.incidents if i.kind == kind]
             xs = [0.0, *times, x_end]
             ys = [0, *range(1, len(times) + 1), len(times)]
@@ -380,6 +383,7 @@ SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
     ("wait_max_s", "wait max (s)"),
     ("clogs", "clogs"),
     ("evictions", "evictions"),
+    ("preemptions", "preemptions"),
     ("fairness_error", "fairness error"),
     ("admitted", "admitted"),
     ("wall_s", "wall time (s)"),

@@ -26,6 +26,7 @@ from policies import (
     Gang,
     Node,
     PolicyError,
+    Preemption,
     QuantityError,
     Queue,
     QueueTree,
@@ -35,6 +36,7 @@ from policies import (
     Taint,
     Toleration,
     durations,
+    parse_preemption,
 )
 
 DEFAULT_TRACE = "blog-burst"
@@ -81,6 +83,7 @@ class QueueSpec:
     clog_timeout: float = 300.0
     backoff: Backoff = field(default_factory=Backoff)
     node_fit: bool = True
+    preemption: Preemption = field(default_factory=Preemption)
 
     def to_queue(self) -> Queue:
         return Queue(
@@ -96,6 +99,7 @@ class QueueSpec:
             clog_timeout=self.clog_timeout,
             backoff=self.backoff,
             node_fit=self.node_fit,
+            preemption=self.preemption,
         )
 
 
@@ -289,6 +293,7 @@ _QUEUE_FIELDS = (
     "clogTimeout",
     "backoff",
     "nodeFit",
+    "preemption",
 )
 _JOB_FIELDS = (
     "name",
@@ -425,7 +430,15 @@ def _queue_spec(item: object, index: int) -> QueueSpec:
         clog_timeout=_duration(data.get("clogTimeout", 300.0), f"{where}.clogTimeout"),
         backoff=_backoff(data.get("backoff"), f"{where}.backoff"),
         node_fit=_bool(data.get("nodeFit", True), f"{where}.nodeFit"),
+        preemption=_preemption(data.get("preemption"), f"{where}.preemption"),
     )
+
+
+def _preemption(value: object, where: str) -> Preemption:
+    try:
+        return parse_preemption(value, where)
+    except PolicyError as error:
+        raise TraceError(str(error)) from None
 
 
 def _size_ratio(data: Mapping[str, Any], where: str) -> SizeRatio | None:

@@ -16,6 +16,7 @@ from policies import (
     AdmittedGang,
     Gang,
     Node,
+    Preemption,
     Queue,
     QueueTree,
     Resources,
@@ -114,6 +115,7 @@ def queue_trees(draw: st.DrawFn, strict: bool | None = None, size_ratio: bool = 
                 strategy=strategy,
                 size_ratio=ratio,
                 node_fit=draw(st.integers(0, 9)) > 0,
+                preemption=draw(preemptions()),
             )
         )
         if depth < 2 and draw(st.integers(0, 2)) == 0:
@@ -123,6 +125,20 @@ def queue_trees(draw: st.DrawFn, strict: bool | None = None, size_ratio: bool = 
     for _ in range(draw(st.integers(1, 3))):
         leaf_or_cohort(None, 0)
     return QueueTree.build(queues)
+
+
+@st.composite
+def preemptions(draw: st.DrawFn) -> Preemption:
+    """Mostly none, as queues are by default; else any mix of the rules."""
+    if draw(st.integers(0, 2)) == 0:
+        return Preemption()
+    return Preemption(
+        reclaim_within_cohort=draw(st.sampled_from(("Never", "LowerPriority", "Any"))),
+        within_queue=draw(st.sampled_from(("Never", "LowerPriority"))),
+        fair_share=draw(st.sampled_from(("Never", "Reclaim"))),
+        protect_after=draw(st.integers(1, 3)),
+        protect_for=draw(st.sampled_from((0.0, 50.0, 1000.0))),
+    )
 
 
 @st.composite
@@ -161,6 +177,7 @@ def gangs(
                 node_selector=selector,
                 tolerations=tolerations,
                 elastic_after=draw(st.sampled_from((0.0, 5.0, 100.0))),
+                preemptions=draw(st.integers(0, 3)),
             )
         )
     return result
@@ -201,3 +218,59 @@ def snapshots(
 def without_size_ratio(snapshot: Snapshot) -> Snapshot:
     tree = QueueTree.build(dataclasses.replace(q, size_ratio=None) for q in snapshot.queues)
     return dataclasses.replace(snapshot, queues=tree)
+
+
+@st.composite
+def contended_snapshots(draw: st.DrawFn) -> Snapshot:
+    """A full cluster shared by one cohort: gangs of random queues admitted earlier fill the
+    nodes, and new gangs wait. Where reservations and preemption happen (the general
+    `snapshots` rarely fill a cluster)."""
+    count = draw(st.integers(2, 4))
+    cluster = [
+        Node(f"node-{i}", Resources({"cpu": 4_000, "memory": 16 * GIB})) for i in range(count)
+    ]
+    leaves = draw(st.integers(2, 3))
+    ratio = draw(st.sampled_from((None, SizeRatio(0.3))))
+    queues = [Queue("org", size_ratio=None)]
+    for k in range(leaves):
+        queues.append(
+            Queue(
+                f"q{k}",
+                parent="org",
+                weight=draw(st.sampled_from((0.5, 1.0, 2.0))),
+                nominal=draw(st.none() | st.just(Resources({"cpu": 4_000}))),
+                size_ratio=ratio,
+                preemption=draw(preemptions()),
+            )
+        )
+    tree = QueueTree.build(queues)
+    now = float(draw(st.sampled_from((0, 100, 2_000))))
+
+    def batch(prefix: str, low: int, high: int, t: float) -> list[Gang]:
+        return [
+            Gang(
+                f"{prefix}/g{k}",
+                f"q{draw(st.integers(0, leaves - 1))}",
+                Resources({"cpu": draw(st.sampled_from((1_000, 2_000, 4_000)))}),
+                draw(st.integers(1, 3)),
+                priority=draw(st.integers(0, 2)),
+                submitted=SubmitStamp(t + k, 0, f"{prefix}{k}"),
+                one_pod_per_node=draw(st.booleans()),
+                preemptions=draw(st.integers(0, 3)),
+            )
+            for k in range(draw(st.integers(low, high)))
+        ]
+
+    earlier = batch("old", 3, 10, 0.0)
+    by_id = {gang.id: gang for gang in earlier}
+    first = plan(Snapshot(cluster, tree, [], earlier, 0.0))
+    admitted = [
+        AdmittedGang(by_id[a.gang_id], a.size, dict(a.placement), admitted_at=0.0, running=True)
+        for a in first.admitted
+    ]
+    return Snapshot(cluster, tree, admitted, batch("new", 1, 6, 50.0), now)
+
+
+def any_snapshots() -> st.SearchStrategy[Snapshot]:
+    """General snapshots and full, contended ones."""
+    return st.one_of(snapshots(), contended_snapshots())

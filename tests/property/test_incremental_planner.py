@@ -55,6 +55,7 @@ def _ordered(decisions: Decisions) -> tuple[object, ...]:
         [(a.gang_id, a.queue, a.size, list(a.placement.items())) for a in decisions.admitted],
         list(decisions.pending.items()),
         list(decisions.rejected.items()),
+        list(decisions.preempted.items()),
     )
 
 
@@ -63,6 +64,7 @@ def _content(decisions: Decisions) -> tuple[object, ...]:
         [(a.gang_id, a.queue, a.size, dict(a.placement)) for a in decisions.admitted],
         dict(decisions.pending),
         dict(decisions.rejected),
+        dict(decisions.preempted),
     )
 
 
@@ -128,6 +130,12 @@ def test_incremental_planner_matches_plan(
             # Admit what a plan decides, as the simulator does; fail what it rejects.
             now = float(op[1])  # type: ignore[arg-type]
             decisions = world.check(now)
+            for gang_id in decisions.preempted:  # back to pending, as the simulator does
+                victim = planner.remove_admitted(gang_id)
+                assert victim is world.admitted.pop(gang_id)
+                again = dataclasses.replace(victim.gang, preemptions=victim.gang.preemptions + 1)
+                planner.add_pending(again)
+                world.pending[gang_id] = again
             for admission in decisions.admitted:
                 gang = planner.remove_pending(admission.gang_id)
                 del world.pending[gang.id]

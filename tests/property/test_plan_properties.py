@@ -12,8 +12,8 @@ from collections import defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies import Decisions, Gang, Queue, QueueTree, Snapshot, plan
-from tests.strategies import snapshots, without_size_ratio
+from policies import Decisions, Gang, Preemption, Queue, QueueTree, Snapshot, plan
+from tests.strategies import any_snapshots, contended_snapshots, snapshots, without_size_ratio
 from tests.unit.test_policies import load_doc_example
 
 # The safety properties hold for every policy, the custom one from docs/policies.md included
@@ -56,7 +56,7 @@ def _leaf_usage(snapshot: Snapshot, decisions: Decisions) -> dict[str, dict[str,
     counted = _pods_counted(snapshot)
     gangs = _gangs(snapshot)
     usage: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    held = [(a.gang.id, a.size) for a in snapshot.admitted]
+    held = [(a.gang.id, a.size) for a in snapshot.admitted if a.gang.id not in decisions.preempted]
     held += [(a.gang_id, a.size) for a in decisions.admitted]
     for gang_id, size in held:
         gang = gangs[gang_id]
@@ -77,7 +77,7 @@ def _subtree(tree: QueueTree, name: str) -> list[str]:
 
 
 @SETTINGS
-@given(snapshots(), POLICIES)
+@given(any_snapshots(), POLICIES)
 def test_no_queue_exceeds_its_quota(snapshot: Snapshot, policy: str) -> None:
     decisions = plan(snapshot, policy)
     tree = snapshot.queues
@@ -109,14 +109,16 @@ def test_no_queue_exceeds_its_quota(snapshot: Snapshot, policy: str) -> None:
 
 
 @SETTINGS
-@given(snapshots(), POLICIES)
+@given(any_snapshots(), POLICIES)
 def test_no_node_is_overcommitted(snapshot: Snapshot, policy: str) -> None:
     decisions = plan(snapshot, policy)
     counted = _pods_counted(snapshot)
     gangs = _gangs(snapshot)
     by_name = {node.name: node for node in snapshot.nodes}
     load: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    placements = [(a.gang.id, a.placement) for a in snapshot.admitted]
+    placements = [
+        (a.gang.id, a.placement) for a in snapshot.admitted if a.gang.id not in decisions.preempted
+    ]
     placements += [(a.gang_id, a.placement) for a in decisions.admitted]
     for gang_id, placement in placements:
         for name, pods in placement.items():
@@ -145,7 +147,7 @@ def test_no_node_is_overcommitted(snapshot: Snapshot, policy: str) -> None:
 
 
 @SETTINGS
-@given(snapshots(), POLICIES)
+@given(any_snapshots(), POLICIES)
 def test_admitted_sizes_respect_min_and_size(snapshot: Snapshot, policy: str) -> None:
     decisions = plan(snapshot, policy)
     gangs = _gangs(snapshot)
@@ -161,7 +163,7 @@ def test_admitted_sizes_respect_min_and_size(snapshot: Snapshot, policy: str) ->
 
 
 @SETTINGS
-@given(snapshots(), POLICIES)
+@given(any_snapshots(), POLICIES)
 def test_same_input_same_decisions(snapshot: Snapshot, policy: str) -> None:
     first = plan(snapshot, policy)
     again = plan(snapshot, policy)
@@ -249,7 +251,7 @@ def test_global_strict_fifo_admits_a_prefix(snapshot: Snapshot) -> None:
 
 
 @SETTINGS
-@given(snapshots(), POLICIES)
+@given(any_snapshots(), POLICIES)
 def test_at_most_one_reservation_and_every_wait_for_it_names_it(
     snapshot: Snapshot, policy: str
 ) -> None:
@@ -269,13 +271,15 @@ def test_at_most_one_reservation_and_every_wait_for_it_names_it(
 
 
 @SETTINGS
-@given(snapshots(with_admitted=False), POLICIES)
+@given(contended_snapshots(), POLICIES)
 def test_a_reservation_never_holds_back_what_comes_before_it(
     snapshot: Snapshot, policy: str
 ) -> None:
     """A gang admitted by the plan came before the holder in the policy's order or fit beside
     it: taking away the holder admits the same gangs before it (the plan's order is the
     order of admission), so nothing before the holder waited for it."""
+    tree = QueueTree.build(dataclasses.replace(q, preemption=Preemption()) for q in snapshot.queues)
+    snapshot = dataclasses.replace(snapshot, queues=tree)
     decisions = plan(snapshot, policy)
     holders = {
         gang_id
@@ -292,3 +296,56 @@ def test_a_reservation_never_holds_back_what_comes_before_it(
     # Every gang admitted with the reservation in place is admitted without it too, in the
     # same order up to the first gang the reservation changed.
     assert before[: len(admitted)] == admitted or set(admitted) <= set(before)
+
+
+def _share_over(snapshot: Snapshot, queue: str, resources: set[str], extra: Gang | None) -> float:
+    """A queue's weighted share over ``resources`` of the cluster's capacity (its usage before
+    the plan, plus ``extra`` at full size), computed here from the snapshot alone."""
+    counted = _pods_counted(snapshot)
+    capacity: dict[str, int] = defaultdict(int)
+    for node in snapshot.nodes:
+        for resource, amount in node.allocatable.items():
+            capacity[resource] += amount
+    usage: dict[str, int] = defaultdict(int)
+    held = [(a.gang, a.size) for a in snapshot.admitted if a.gang.queue == queue]
+    if extra is not None:
+        held.append((extra, extra.size))
+    for gang, size in held:
+        for resource, amount in _per_pod(gang, counted).items():
+            usage[resource] += amount * size
+    best = max(
+        (usage[r] / capacity[r] for r in resources if capacity.get(r)),
+        default=0.0,
+    )
+    return best / snapshot.queues[queue].weight
+
+
+@SETTINGS
+@given(any_snapshots(), POLICIES)
+def test_preemption_only_for_a_preemptor_admitted_now_and_a_lower_share(
+    snapshot: Snapshot, policy: str
+) -> None:
+    """Every preempted gang was admitted before, names its preemptor, and that preemptor is
+    admitted by the same plan; across queues the preemptor's queue (with it) has a lower
+    weighted share than the victim's queue, over the preemptor's resources."""
+    decisions = plan(snapshot, policy)
+    admitted_before = {a.gang.id: a.gang for a in snapshot.admitted}
+    admitted_now = {a.gang_id for a in decisions.admitted}
+    pending = {g.id: g for g in snapshot.pending}
+    counted = _pods_counted(snapshot)
+    for victim_id, reason in decisions.preempted.items():
+        assert victim_id in admitted_before
+        assert reason.code == "Preempted"
+        preemptor_id = reason.message.split("preempted by ", 1)[1].split(" ", 1)[0]
+        assert preemptor_id in admitted_now
+        assert preemptor_id not in decisions.pending
+        preemptor = pending[preemptor_id]
+        victim = admitted_before[victim_id]
+        assert snapshot.queues[preemptor.queue].preemption.enabled
+        if victim.queue == preemptor.queue:
+            assert victim.priority < preemptor.priority
+            continue
+        resources = {r for r, amount in _per_pod(preemptor, counted).items() if amount}
+        mine = _share_over(snapshot, preemptor.queue, resources, preemptor)
+        theirs = _share_over(snapshot, victim.queue, resources, None)
+        assert mine < theirs + 1e-9, (mine, theirs)

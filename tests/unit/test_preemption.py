@@ -1,0 +1,151 @@
+"""Preemption (policies/preemption.py): who may evict whom, the fewest victims, simulate first,
+protection against thrashing; on small worlds of 4 nodes of 8 cpu."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from policies import AdmittedGang, Gang, Queue, QueueTree, Snapshot, plan
+from policies.model import Preemption
+from tests.unit.test_planner import admitted_ids, cluster, gang, run
+
+
+def held(g: Gang, nodes: Mapping[str, int], at: float = 0.0) -> AdmittedGang:
+    return AdmittedGang(g, sum(nodes.values()), nodes, admitted_at=at, running=True)
+
+
+def cohort(b: Preemption, a: Preemption | None = None) -> QueueTree:
+    """Queues a and b share the cluster (no nominal quota: all they use is borrowed); b
+    weighs 2."""
+    return QueueTree.build(
+        [
+            Queue("org", size_ratio=None),
+            Queue("a", parent="org", size_ratio=None, preemption=a or Preemption()),
+            Queue("b", parent="org", weight=2, size_ratio=None, preemption=b),
+        ]
+    )
+
+
+def queue_a_holds_everything() -> list[AdmittedGang]:
+    # Four one-node gangs of queue a fill the four nodes, submitted at t = 0, 1, 2, 3.
+    return [held(gang(f"a{i}", 8, 1, queue="a", t=i), {f"n{i}": 1}) for i in range(4)]
+
+
+def test_reclaim_within_cohort_preempts_the_fewest_youngest_gangs() -> None:
+    tree = cohort(Preemption(reclaim_within_cohort="Any"))
+    decisions = run(
+        [gang("wants", 8, 2, queue="b", t=10)], tree, admitted=queue_a_holds_everything()
+    )
+    assert admitted_ids(decisions) == ["ns/wants"]
+    assert sorted(decisions.preempted) == ["ns/a2", "ns/a3"]  # the two youngest, no more
+    reason = decisions.preempted["ns/a3"]
+    assert reason.code == "Preempted"
+    assert "preempted by ns/wants (reclaimWithinCohort: Any, queue a borrows)" in reason.message
+    placement = decisions.admitted[0].placement
+    assert placement == {"n2": 1, "n3": 1}  # on what the victims free
+    assert "ns/wants" not in decisions.pending
+
+
+def test_no_preemption_unless_the_queue_asks_for_it() -> None:
+    decisions = run(
+        [gang("wants", 8, 2, queue="b", t=10)],
+        cohort(Preemption()),
+        admitted=queue_a_holds_everything(),
+    )
+    assert decisions.admitted == []
+    assert decisions.preempted == {}
+    assert decisions.pending["ns/wants"].code == "NoFit"
+
+
+def test_nothing_is_preempted_when_the_preemptor_would_still_not_fit() -> None:
+    tree = cohort(Preemption(reclaim_within_cohort="Any"))
+    # Needs 5 nodes; even with all of queue a gone only 4 exist.
+    decisions = run(
+        [gang("huge", 8, 5, queue="b", t=10)], tree, admitted=queue_a_holds_everything()
+    )
+    assert decisions.preempted == {}
+    assert decisions.admitted == []
+
+
+def test_never_in_favour_of_a_queue_with_a_higher_share() -> None:
+    # Queue b already holds three nodes (share 0.75 / weight 2 = 0.375; with the preemptor
+    # 0.5); queue a holds one (0.25): a's gang is not preempted for b.
+    tree = cohort(Preemption(reclaim_within_cohort="Any"))
+    admitted = [held(gang("a0", 8, 1, queue="a"), {"n0": 1})]
+    admitted += [held(gang(f"b{i}", 8, 1, queue="b", t=i), {f"n{i}": 1}) for i in (1, 2, 3)]
+    decisions = run([gang("wants", 8, 1, queue="b", t=10)], tree, admitted=admitted)
+    assert decisions.preempted == {}
+
+
+def test_lower_priority_only_preempts_lower_priority() -> None:
+    tree = cohort(Preemption(reclaim_within_cohort="LowerPriority"))
+    admitted = queue_a_holds_everything()
+    same = run([gang("same", 8, 1, queue="b", t=10)], tree, admitted=admitted)
+    assert same.preempted == {}
+    higher = run([gang("high", 8, 1, queue="b", t=10, priority=5)], tree, admitted=admitted)
+    assert list(higher.preempted) == ["ns/a3"]
+    assert admitted_ids(higher) == ["ns/high"]
+
+
+def test_within_queue_lower_priority() -> None:
+    tree = QueueTree.build(
+        [Queue("a", size_ratio=None, preemption=Preemption(within_queue="LowerPriority"))]
+    )
+    admitted = [held(gang(f"low{i}", 8, 1, t=i), {f"n{i}": 1}) for i in range(4)]
+    decisions = run([gang("urgent", 8, 1, t=10, priority=1)], tree, admitted=admitted)
+    assert list(decisions.preempted) == ["ns/low3"]
+    assert "withinQueue: LowerPriority" in decisions.preempted["ns/low3"].message
+    peer = run([gang("peer", 8, 1, t=10)], tree, admitted=admitted)
+    assert peer.preempted == {}
+
+
+def test_lowest_priority_goes_first_then_youngest() -> None:
+    tree = cohort(Preemption(reclaim_within_cohort="Any"))
+    admitted = queue_a_holds_everything()
+    admitted[3] = held(gang("a3", 8, 1, queue="a", t=3, priority=7), {"n3": 1})
+    decisions = run([gang("wants", 8, 1, queue="b", t=10)], tree, admitted=admitted)
+    # a3 is youngest but has priority 7; of the priority-0 gangs a2 is the youngest.
+    assert list(decisions.preempted) == ["ns/a2"]
+
+
+def test_a_gang_preempted_too_often_is_protected_for_a_while() -> None:
+    tree = cohort(
+        Preemption(reclaim_within_cohort="Any"),
+        a=Preemption(protect_after=2, protect_for=600),
+    )
+    tired = [
+        held(dataclasses.replace(g.gang, preemptions=2), g.placement, at=100)
+        for g in queue_a_holds_everything()
+    ]
+    wants = [gang("wants", 8, 1, queue="b", t=10)]
+    assert run(wants, tree, admitted=tired, now=200).preempted == {}
+    assert list(run(wants, tree, admitted=tired, now=800).preempted) == ["ns/a3"]
+
+
+def test_fair_share_reclaim() -> None:
+    # Queue a (weight 1) holds all 4 nodes; b (weight 2) waits: fair shares 1/3 and 2/3.
+    tree = cohort(Preemption(fair_share="Reclaim"))
+    decisions = run(
+        [gang("wants", 8, 2, queue="b", t=10)], tree, admitted=queue_a_holds_everything()
+    )
+    assert sorted(decisions.preempted) == ["ns/a2", "ns/a3"]
+    assert "fairShare: Reclaim" in decisions.preempted["ns/a2"].message
+
+
+def test_fair_share_reclaim_stops_at_the_fair_share() -> None:
+    # Queue a holds one node of four (0.25 < its fair share 1/3): nothing to reclaim.
+    tree = cohort(Preemption(fair_share="Reclaim"))
+    admitted = [held(gang("a0", 8, 1, queue="a"), {"n0": 1})]
+    busy = [held(gang(f"c{i}", 8, 1, queue="b", t=i), {f"n{i}": 1}) for i in (1, 2, 3)]
+    decisions = run([gang("wants", 8, 1, queue="b", t=10)], tree, admitted=[*admitted, *busy])
+    assert decisions.preempted == {}
+
+
+def test_the_same_snapshot_gives_the_same_preemptions() -> None:
+    tree = cohort(Preemption(reclaim_within_cohort="Any"))
+    snapshot = Snapshot(
+        cluster(), tree, queue_a_holds_everything(), [gang("wants", 8, 2, queue="b", t=10)], 20.0
+    )
+    first = plan(snapshot)
+    assert plan(snapshot).preempted == first.preempted
