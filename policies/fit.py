@@ -329,18 +329,30 @@ class Cluster:
         shapes = self._shapes
         shape_of = self.shape_of
         room_of: dict[int, int] = {}
+        # Nodes offering a resource the gang does not ask for (GPUs, for a CPU-only gang)
+        # come last: reserving them would keep the gangs that need it off them too.
+        wanted = set(fit.nonzero)
+        plain: dict[int, bool] = {}
         member = bytearray(len(self.free))
         total = 0
-        for vector in reversed(pool.vectors):
-            for n in pool.buckets[vector].sorted():
-                sid = shape_of[n]
-                room = room_of.get(sid)
-                if room is None:
-                    room = room_of[sid] = max(fit.pods_on(shapes[sid]), 0)
-                if room <= 0:
-                    continue
-                member[n] = 1
-                total += room
+        for second in (False, True):
+            for vector in reversed(pool.vectors):
+                for n in pool.buckets[vector].sorted():
+                    sid = shape_of[n]
+                    room = room_of.get(sid)
+                    if room is None:
+                        shape = shapes[sid]
+                        room = room_of[sid] = max(fit.pods_on(shape), 0)
+                        plain[sid] = all(
+                            i in wanted or not amount or amount == UNLIMITED
+                            for i, amount in enumerate(shape)
+                        )
+                    if room <= 0 or member[n] or plain[sid] == second:
+                        continue
+                    member[n] = 1
+                    total += room
+                    if total >= pods:
+                        break
                 if total >= pods:
                     break
             if total >= pods:

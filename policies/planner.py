@@ -20,7 +20,9 @@ A plan, top to bottom:
    with ``action: Reject``. (`_State`, when the gang is added.)
 3. Order each leaf queue's gangs by priority, then submission (a `_Line`, kept sorted).
 4. Size ratio: find the gang a big gang waits behind, if any (one big gang admitted and not
-   running at a time). Node-blind queues
+   running at a time). If none, and the oldest big gang has waited `STARVATION_AFTER`, it
+   holds the plan's reservation against every younger gang except those of queues below their
+   weighted fair share (no starvation; see `_Cycle._starving`). Node-blind queues
    (``nodeFit: false``): find the oldest of their admitted gangs that has waited longer than
    `PARTIAL_HOLD_AFTER` without reaching its minimum; while there is one, node-blind queues
    admit nothing (Kueue's ``waitForPodsReady.blockAdmission``, once a gang is seen stuck).
@@ -77,13 +79,20 @@ from policies.model import (
     QueueTree,
     ScreenKey,
     Snapshot,
+    SubmitStamp,
 )
 from policies.preemption import preempt
 from policies.quota import INF, QuotaState
 from policies.resources import Resources
 from policies.strategies import AdmissionPolicy, get_policy
 
-__all__ = ["PARTIAL_HOLD_AFTER", "Planner", "plan"]
+__all__ = ["PARTIAL_HOLD_AFTER", "STARVATION_AFTER", "Planner", "plan"]
+
+STARVATION_AFTER = 120.0
+"""Seconds a big gang waits before it holds a reservation against younger gangs whatever the
+policy's order (see `_Cycle._starving`). On ../shared/traces/mixed-queues.yaml any value from
+60 s to 180 s gives the same result (docs/benchmarks.md); 0 is the old behaviour (makespan
++6%), 240 s and more let queues below the big gang's starve it."""
 
 PARTIAL_HOLD_AFTER = 10.0
 """Seconds an admitted gang of a node-blind queue may wait for its pods before node-blind
@@ -602,6 +611,10 @@ class _Cycle:
         # the nodes it needs (see _admit).
         self.holder: Gang | None = None
         self.reserved: Pool | None = None
+        # With an aged holder: leaves below their fair share at the start of the plan (they
+        # are not held back by it).
+        self.below: frozenset[str] = frozenset()
+        self.aged = False  # the holder waited STARVATION_AFTER: it holds against younger gangs
         self.preempted: dict[str, Reason] = {}
         # Set while a node-blind queue's admitted gang is stuck: node-blind queues admit nothing.
         self.blind_hold: Reason | None = None
@@ -621,7 +634,7 @@ class _Cycle:
             self.parts.append(partial(_fill_all, missing))
             self.count += len(missing)
         try:
-            self._size_ratio_state()  # 4.
+            self._size_ratio_state(views)  # 4.
             self._blind_hold_state()
             self._admit(views)  # 5. and 6.
             if any(self.tree.queues[view[0]].preemption.enabled for view in views):
@@ -644,7 +657,7 @@ class _Cycle:
 
     # --- step 4 --------------------------------------------------------------------------
 
-    def _size_ratio_state(self) -> None:
+    def _size_ratio_state(self, views: Sequence[_View]) -> None:
         """Who big gangs are serialized behind: the big gang admitted longest ago that does
         not run yet. (Which big gang holds a reservation is decided in policy order, in
         `_admit`.)"""
@@ -661,6 +674,34 @@ class _Cycle:
                 waiting.append((admitted.admitted_at, admitted.gang.id))
         if waiting:
             self.blocker = min(waiting)[1]
+            return
+        self._starving(views)
+
+    def _starving(self, views: Sequence[_View]) -> None:
+        """No starvation: the oldest big gang that has waited `STARVATION_AFTER` holds the
+        plan's reservation against every younger gang, whatever the policy's order, except
+        gangs of queues below their weighted fair share. (Otherwise a big gang of a queue
+        above its share would wait for as long as queues below it have demand.)"""
+        oldest: tuple[SubmitStamp, Gang, FitClass] | None = None
+        for _, _, _, bigs in views:
+            for entry in bigs:  # the queue's big gangs, in queue order
+                gang = entry[2]
+                if oldest is None or gang.submitted < oldest[0]:
+                    oldest = (gang.submitted, gang, entry[3])
+        if oldest is None:
+            return
+        _, gang, fit = oldest
+        if self.now - gang.submitted.time < STARVATION_AFTER:
+            return
+        if not self.tree.queues[gang.queue].node_fit:
+            return
+        floor = self.floor(gang)
+        if self._quota_room(gang.queue, fit, floor)[0] < floor:
+            return  # held back by its queue's quota, not by nodes: reserve nothing
+        self.holder = gang
+        self.aged = True
+        self.reserved = self.state.reserve(fit, floor)
+        self.below = self._below_fair_share()
 
     def _blind_hold_state(self) -> None:
         """Node-blind queues: the oldest stuck gang they admitted, if any."""
@@ -768,6 +809,28 @@ class _Cycle:
             return False
         fair = tree.queues[leaf].weight / total
         return self.share_of(leaf, fit, 0) * tree.queues[leaf].weight > fair
+
+    def _below_fair_share(self) -> frozenset[str]:
+        """The leaf queues whose dominant share is below their weighted fair share of the
+        cluster: their weight's part of the weights of the leaves that hold or wait for
+        something (all trees: they share the nodes)."""
+        queues = self.tree.queues
+        lines = self.state.lines
+        usage = self.quota.usage
+        inverse = self.state.inverse_capacity
+        active = [
+            leaf
+            for leaf in self.tree.leaves
+            if any(usage[leaf]) or (leaf in lines and lines[leaf].entries)
+        ]
+        total = sum(queues[leaf].weight for leaf in active)
+        below = set()
+        for leaf in active:
+            mine = usage[leaf]
+            share = max((mine[i] * inv for i, inv in inverse), default=0.0)
+            if share < queues[leaf].weight / total:
+                below.add(leaf)
+        return frozenset(below)
 
     def quota_room(self, leaf: str, fit: FitClass, pods: int) -> int:
         """Pods of ``fit`` (at most ``pods``) ``leaf``'s quota admits now."""
@@ -1070,7 +1133,11 @@ class _Cycle:
             return None
         usable = fit
         holder = self.holder
-        if holder is not None and gang is not holder:
+        if (
+            holder is not None
+            and gang is not holder
+            and (not self.aged or (holder.submitted < gang.submitted and leaf not in self.below))
+        ):
             assert self.reserved is not None
             usable = self.state.restricted(fit, self.reserved)
         cluster = self.cluster
@@ -1123,6 +1190,9 @@ class _Cycle:
         self.admitted.append(Admission(gang.id, leaf, size, placement))
         if big:
             self.blocker = gang.id
+        if gang is self.holder:
+            # An aged holder placed: gangs after it may use what is left.
+            self.holder = None
 
 
 class Planner:

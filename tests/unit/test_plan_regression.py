@@ -4,7 +4,8 @@ The expected digests were computed by the planner as it was before the performan
 same admissions in the same order with the same placements, and the same reason (code and
 message) for every other gang. A change here means a change of decisions, not of speed: if it
 is intended, say so in the commit and recompute the digests. Recomputed once on purpose, for
-reservations in policy order and shares over the resources a gang asks for (issue 13).
+reservations in policy order, shares over the resources a gang asks for, and the
+starvation bound of big gangs (issue 13).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def _blocked(snapshot: Snapshot) -> Snapshot:
 
 
 EXPECTED = {
-    ("plain", 1, "drf"): "4c6abd6072aa7ca0",
+    ("plain", 1, "drf"): "50e6827fe8bf6e70",
     ("plain", 1, "fifo"): "e4c08f88a39cff22",
     ("plain", 1, "strict-fifo"): "d8765b49ac453a9a",
     ("plain", 2, "drf"): "96bc0f25fcf452cd",

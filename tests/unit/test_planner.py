@@ -23,7 +23,7 @@ from policies import (
     Toleration,
     plan,
 )
-from policies.planner import PARTIAL_HOLD_AFTER
+from policies.planner import PARTIAL_HOLD_AFTER, STARVATION_AFTER
 
 GIB = 2**30
 CPU = 1000  # one core in millicores
@@ -540,3 +540,29 @@ def test_a_nominal_of_zero_limits_rather_than_vanishes() -> None:
     assert "at most 0 cpu" in decisions.rejected["ns/j"].message
     # Without a name in nominal, cpu is not under quota in this tree.
     assert admitted_ids(run([gang("j", 1, 1)], queues(nominal=Resources()))) == ["ns/j"]
+
+
+def test_a_big_gang_that_waited_long_holds_against_younger_gangs_of_queues_above_share() -> None:
+    # Queue a's big gang (all 4 nodes) has waited STARVATION_AFTER; queue a's own and queue b's
+    # younger gangs keep off its nodes although they come first in DRF order, queue c (below
+    # its fair share: it holds nothing) is not held back.
+    tree = QueueTree.build(
+        [
+            Queue("a", size_ratio=SizeRatio(0.1)),
+            Queue("b", size_ratio=SizeRatio(0.1)),
+            Queue("c", size_ratio=SizeRatio(0.1)),
+        ]
+    )
+    # Queue b holds half the cluster, above its fair share of a third.
+    busy = running(gang("busy", 8, 2, queue="b"), {"n0": 1, "n1": 1})
+    pending = [
+        gang("big", 8, 4, queue="a", t=0),
+        gang("small", 1, 1, queue="b", t=10),
+        gang("tiny", 1, 1, queue="c", t=20),
+    ]
+    early = run(pending, tree, admitted=[busy], now=STARVATION_AFTER - 1)
+    assert admitted_ids(early) == ["ns/tiny", "ns/small"]  # in DRF order, not held back
+    late = run(pending, tree, admitted=[busy], now=STARVATION_AFTER)
+    assert admitted_ids(late) == ["ns/tiny"]
+    assert late.pending["ns/small"].code == "Reserved"
+    assert late.pending["ns/big"].code == "NoFit"
