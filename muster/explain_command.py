@@ -137,9 +137,10 @@ def changes_for(
     if code == "Reserved":
         return [
             "the big gang it names is admitted: it comes before this gang in the policy's "
-            "order (DRF: its queue holds a lower weighted share), and the nodes it needs are "
-            "kept for it so a stream of smaller gangs cannot starve it; gangs of queues below "
-            "its queue's share are never held back by it"
+            "order (DRF: its queue holds a lower weighted share) or is older and has waited "
+            "over 2 minutes, and the nodes it needs are kept for it so a stream of smaller "
+            "gangs cannot starve it; gangs of queues below their fair share are never held "
+            "back by it"
         ]
     if code == "Preempted":
         return [

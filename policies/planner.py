@@ -1152,7 +1152,8 @@ class _Cycle:
         room = cluster.room(usable)
         if usable is not fit and cluster.room(fit) >= floor:
             assert holder is not None
-            return reasons.reserved_for(holder.id)
+            waited = self.now - holder.submitted.time if self.aged else None
+            return reasons.reserved_for(holder.id, waited)
         if minimum < size and not elastic_now and room >= minimum:
             return self._elastic_waiting(gang, room)
         return _no_fit(floor, gang.pod_requests, fit.one_pod_per_node, room, fit.restricted)

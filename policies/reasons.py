@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from policies.decisions import Reason
+from policies.durations import format_duration
 from policies.resources import Resources, format_quantity
 
 __all__ = [
@@ -127,7 +128,16 @@ def queue_not_found(queue: str, leaves: Iterable[str], cohort: bool) -> Reason:
     )
 
 
-def reserved_for(holder: str) -> Reason:
+def reserved_for(holder: str, waited: float | None = None) -> Reason:
+    """``waited``: the holder holds because it has waited that long (no starvation), not
+    because it comes first in the policy's order."""
+    if waited is not None:
+        return Reason(
+            "Reserved",
+            f"capacity reserved for big gang {holder}, older and waiting for "
+            f"{format_duration(waited)} (size ratio: a big gang is not starved; queues below "
+            "their fair share are not held back)",
+        )
     return Reason(
         "Reserved",
         f"capacity reserved for big gang {holder}, which comes before it in the policy's order "

@@ -564,5 +564,9 @@ def test_a_big_gang_that_waited_long_holds_against_younger_gangs_of_queues_above
     assert admitted_ids(early) == ["ns/tiny", "ns/small"]  # in DRF order, not held back
     late = run(pending, tree, admitted=[busy], now=STARVATION_AFTER)
     assert admitted_ids(late) == ["ns/tiny"]
-    assert late.pending["ns/small"].code == "Reserved"
+    assert late.pending["ns/small"] == Reason(
+        "Reserved",
+        "capacity reserved for big gang ns/big, older and waiting for 2m (size ratio: a big "
+        "gang is not starved; queues below their fair share are not held back)",
+    )
     assert late.pending["ns/big"].code == "NoFit"
