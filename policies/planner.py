@@ -59,7 +59,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache, partial
 from itertools import islice
 from operator import attrgetter, indexOf, itemgetter
@@ -230,8 +230,12 @@ class _State:
         tree: QueueTree,
         names: list[str],
         held: Mapping[str, Sequence[int]] | None = None,
+        admitted: Collection[AdmittedGang] = (),
     ) -> None:
         self.tree = tree
+        # Every admitted gang (a snapshot's list, or a live view of a Planner's mapping): a plan
+        # with a reservation reads when the gangs on the reserved nodes end (backfill).
+        self.admitted = admitted
         self.names = names
         self.index = {name: i for i, name in enumerate(names)}
         self.pods = "pods" in self.index
@@ -271,7 +275,7 @@ class _State:
                     taken = held[node] = [0] * width
                 for i, amount in enumerate(vector):
                     taken[i] += amount * count
-        state = cls(snapshot.nodes, snapshot.queues, names, held)
+        state = cls(snapshot.nodes, snapshot.queues, names, held, snapshot.admitted)
         state.vectors = vectors
         tree = state.tree
         for admitted in snapshot.admitted:
@@ -592,6 +596,10 @@ class _Cycle:
         # the nodes it needs (see _admit).
         self.holder: Gang | None = None
         self.reserved: Pool | None = None
+        # The holder's earliest possible start (see _holder_start); None until a gang that
+        # could backfill asks.
+        self.holder_start: float | None = None
+        self.admitted_gangs: list[Gang] = []  # the gangs of self.admitted, in step
         # Set while a node-blind queue's admitted gang is stuck: node-blind queues admit nothing.
         self.blind_hold: Reason | None = None
 
@@ -961,7 +969,7 @@ class _Cycle:
             return None
         usable = fit
         holder = self.holder
-        if holder is not None and gang is not holder:
+        if holder is not None and gang is not holder and not self._backfills(gang):
             assert self.reserved is not None
             usable = self.state.restricted(fit, self.reserved)
         cluster = self.cluster
@@ -976,10 +984,55 @@ class _Cycle:
         room = cluster.room(usable)
         if usable is not fit and cluster.room(fit) >= floor:
             assert holder is not None
+            if gang.runtime_limit is not None:
+                assert self.holder_start is not None
+                return reasons.reserved_for_too_long(
+                    holder.id, gang.runtime_limit, self.holder_start - self.now
+                )
             return reasons.reserved_for(holder.id)
         if minimum < size and not elastic_now and room >= minimum:
             return self._elastic_waiting(gang, room)
         return _no_fit(floor, gang.pod_requests, fit.one_pod_per_node, room, fit.restricted)
+
+    def _backfills(self, gang: Gang) -> bool:
+        """Conservative backfill: a gang after the holder may use the reserved nodes when it is
+        certain to end (Kubernetes ends it at its runtime limit) before the holder could start,
+        so it never delays the holder."""
+        limit = gang.runtime_limit
+        if limit is None:
+            return False
+        start = self.holder_start
+        if start is None:
+            start = self.holder_start = self._holder_start()
+        # Infinite: a gang on the reserved nodes may run for ever, so when the holder starts
+        # is unknown, not never; nothing is certain to end before it.
+        return start != INF and self.now + limit <= start
+
+    def _holder_start(self) -> float:
+        """The holder's earliest possible start: when the last admitted gang that may hold
+        room on the reserved nodes ends at the latest (infinite, unknown, if one has no limit;
+        ``now`` if there is none). Such a gang has pods on a reserved node, or is not running
+        yet and has pods without a node (they may still land there). Gangs this plan admitted
+        count too (admitted now); the gangs it backfills end by this time, so they move it
+        not."""
+        reserved = self.reserved
+        assert reserved is not None
+        member = reserved.member
+        index = self.cluster.index
+        start = self.now
+        occupants: list[tuple[Gang, float]] = []
+        for admitted in self.state.admitted:
+            if _may_occupy(admitted.placement, admitted.size, admitted.running, member, index):
+                occupants.append((admitted.gang, admitted.admitted_at))
+        for gang, admission in zip(self.admitted_gangs, self.admitted, strict=True):
+            if _may_occupy(admission.placement, admission.size, False, member, index):
+                occupants.append((gang, self.now))
+        for gang, admitted_at in occupants:
+            limit = gang.runtime_limit
+            if limit is None:
+                return INF
+            start = max(start, admitted_at + limit)
+        return start
 
     def _quota_reason(
         self, leaf: str, fit: FitClass, pods: int, available: Sequence[float]
@@ -1012,8 +1065,22 @@ class _Cycle:
         if self.keep:
             self.taken.append((leaf, demand))
         self.admitted.append(Admission(gang.id, leaf, size, placement))
+        self.admitted_gangs.append(gang)
         if big:
             self.blocker = gang.id
+
+
+def _may_occupy(
+    placement: Mapping[str, int], size: int, running: bool, member: bytes, index: Mapping[str, int]
+) -> bool:
+    """True if an admitted gang may hold room on the nodes of ``member`` (see _holder_start)."""
+    placed = 0
+    for node, pods in placement.items():
+        n = index.get(node)
+        if n is not None and member[n] and pods > 0:
+            return True
+        placed += pods
+    return not running and placed < size
 
 
 class Planner:
@@ -1237,7 +1304,7 @@ class Planner:
         state = self._state
         if state is None:
             names = sorted(self._static_names | self._requested.keys())
-            state = _State(self._nodes, self._tree, names)
+            state = _State(self._nodes, self._tree, names, admitted=self._admitted.values())
             for admitted in self._admitted.values():
                 state.add_admitted(admitted)
             entries = self._entries

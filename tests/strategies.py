@@ -161,6 +161,9 @@ def gangs(
                 node_selector=selector,
                 tolerations=tolerations,
                 elastic_after=draw(st.sampled_from((0.0, 5.0, 100.0))),
+                # Against admitted gangs' limits and plan times (0 to 200 s): some gangs
+                # backfill onto reserved nodes, some are too long, some have no limit.
+                runtime_limit=draw(st.sampled_from((None, 5.0, 50.0, 300.0))),
             )
         )
     return result
