@@ -35,6 +35,10 @@ A plan, top to bottom:
    heads of the heap, so queues at a higher weighted share, and the rest of its own queue) keep
    off those nodes; gangs before it, such as a queue below its share, never wait for it. A big
    gang that waits for nodes is therefore a queue head even when it cannot be admitted.
+   Backfill by deadline: a gang after the holder may still use the reserved nodes when its
+   runtime limit (``Gang.runtime_limit``, a Job's activeDeadlineSeconds) ends no later than the
+   holder's earliest start, the latest end by runtime limit of the admitted gangs that may hold
+   room on those nodes (`_Cycle._holder_start`, computed once per plan and only when asked).
 6. Every gang still queued gets a reason.
 
 Steps 4-6 are a `_Cycle`: it works on the state without changing it (quota it takes is given
@@ -45,7 +49,8 @@ the plan would not fit later in the same plan: every gang is considered exactly 
 
 Speed. Queue scans: while nothing is admitted, whether a gang can be admitted and why not
 depends only on its fit class, size and bigness (for gangs that are not elastic, and while no
-big gang holds a reservation; a big gang waiting for nodes ends a scan, as it may take one);
+big gang holds a reservation, as backfill then depends on each gang's runtime limit; a big gang
+waiting for nodes ends a scan, as it may take one);
 each such *verdict key* is a small int, a scan decides each key once and skips the gangs of
 keys already turned down with a C-level search. Reasons are not formatted per gang: the
 decisions carry, per scanned stretch of a queue, the verdict per key, and `PendingReasons`
