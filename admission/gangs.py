@@ -25,7 +25,12 @@ from policies import (
     Taint,
     Toleration,
 )
-from policies.durations import DurationError, parse_clog_timeout, parse_duration
+from policies.durations import (
+    DurationError,
+    parse_clog_timeout,
+    parse_duration,
+    parse_runtime_limit,
+)
 from policies.model import PolicyError, parse_priority
 from policies.selectors import LabelSelector, parse_label_selector
 from policies.submitted import StampError, parse_stamp
@@ -298,6 +303,14 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
             elastic_after = parse_duration(elastic_text, field=ELASTIC_AFTER)
         except DurationError as exc:
             error = str(exc)
+    # A MiniCluster's spec.deadlineSeconds reaches its Job here (the operator copies it).
+    runtime_limit: float | None = None
+    try:
+        runtime_limit = parse_runtime_limit(
+            spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds"
+        )
+    except DurationError as exc:
+        error = str(exc)
     requeue_at = 0.0
     if REQUEUE_AT in annotations:
         try:
@@ -327,6 +340,7 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         node_selector=dict(pod_spec.get("nodeSelector") or {}),
         tolerations=_tolerations(pod_spec),
         kind=kind,
+        runtime_limit=runtime_limit,
     )
     return JobRecord(
         namespace=namespace,

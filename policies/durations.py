@@ -49,6 +49,24 @@ def parse_clog_timeout(value: object, where: str) -> float:
     return parse_duration(value, field=where)
 
 
+def parse_runtime_limit(value: object, where: str) -> float | None:
+    """A gang's runtime limit in seconds from a Job's `spec.activeDeadlineSeconds` (None: unset).
+
+    Kubernetes ends a Job that runs longer (counted from its start, which resuming a suspended
+    Job resets), so the planner may lend such a gang nodes reserved for a big gang. The API
+    server already refuses values below 1; this reading also refuses what an older or a
+    hand-fed object might hold. Raises DurationError naming `where`.
+    """
+    if value is None:
+        return None
+    fix = "set it to a whole number of seconds >= 1, or remove it for no limit"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DurationError(f"{where}: {value!r} is not a whole number of seconds; {fix}")
+    if value < 1:
+        raise DurationError(f"{where}: {value} is below 1 second; {fix}")
+    return float(value)
+
+
 def format_duration(seconds: float) -> str:
     """A short human form: 45s, 5m, 1h30m, 2d3h (rounded to whole seconds)."""
     total = round(seconds)

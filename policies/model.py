@@ -159,6 +159,11 @@ class Gang:
     elastic_after: float = 0.0
     kind: str = "Job"
     preemptions: int = 0  # times it was preempted so far (muster.dev/preemptions)
+    # Seconds the gang may run once admitted: the Job's spec.activeDeadlineSeconds (a
+    # MiniCluster's spec.deadlineSeconds, which the operator copies there). Kubernetes ends the
+    # Job then, so the planner may lend it nodes reserved for a big gang (backfill). None: no
+    # bound, never backfills.
+    runtime_limit: float | None = None
     # Within-queue order (priority first, then submission), precomputed for the planner's sort.
     order_key: tuple[int, float, int, str] = field(init=False, repr=False, compare=False)
     # Gangs of one queue with equal screen keys are screened and fitted alike (same queue, per-pod
@@ -181,6 +186,17 @@ class Gang:
         if not isinstance(self.preemptions, int) or self.preemptions < 0:
             raise PolicyError(
                 f"gang {self.id}: preemptions must be a whole number >= 0, got {self.preemptions!r}"
+            )
+        limit = self.runtime_limit
+        if limit is not None and (
+            isinstance(limit, bool)
+            or not isinstance(limit, int | float)
+            or not math.isfinite(limit)
+            or limit <= 0
+        ):
+            raise PolicyError(
+                f"gang {self.id}: runtimeLimit (spec.activeDeadlineSeconds) must be a number of "
+                f"seconds > 0, got {limit!r}; leave it unset for no limit"
             )
         stamp = self.submitted
         object.__setattr__(self, "order_key", (-self.priority, stamp.time, stamp.seq, stamp.name))

@@ -37,6 +37,10 @@ A plan, top to bottom:
    heads of the heap, so queues at a higher weighted share, and the rest of its own queue) keep
    off those nodes; gangs before it, such as a queue below its share, never wait for it. A big
    gang that waits for nodes is therefore a queue head even when it cannot be admitted.
+   Backfill by deadline: a gang after the holder may still use the reserved nodes when its
+   runtime limit (``Gang.runtime_limit``, a Job's activeDeadlineSeconds) ends no later than the
+   holder's earliest start, the latest end by runtime limit of the admitted gangs that may hold
+   room on those nodes (`_Cycle._holder_start`, computed once per plan and only when asked).
 6. Every gang still queued gets a reason.
 
 Steps 4-6 are a `_Cycle`: it works on the state without changing it (quota it takes is given
@@ -47,7 +51,8 @@ the plan would not fit later in the same plan: every gang is considered exactly 
 
 Speed. Queue scans: while nothing is admitted, whether a gang can be admitted and why not
 depends only on its fit class, size and bigness (for gangs that are not elastic, and while no
-big gang holds a reservation; a big gang waiting for nodes ends a scan, as it may take one);
+big gang holds a reservation, as backfill then depends on each gang's runtime limit; a big gang
+waiting for nodes ends a scan, as it may take one);
 each such *verdict key* is a small int, a scan decides each key once and skips the gangs of
 keys already turned down with a C-level search. Reasons are not formatted per gang: the
 decisions carry, per scanned stretch of a queue, the verdict per key, and `PendingReasons`
@@ -240,8 +245,13 @@ class _State:
         tree: QueueTree,
         names: list[str],
         held: Mapping[str, Sequence[int]] | None = None,
+        admitted: Mapping[str, AdmittedGang] | None = None,
     ) -> None:
         self.tree = tree
+        # Every admitted gang by id (a snapshot's, or a Planner's own mapping, live): a plan
+        # with a reservation reads when the gangs on the reserved nodes end (backfill), and
+        # preemption picks its victims among them.
+        self.admitted: Mapping[str, AdmittedGang] = admitted if admitted is not None else {}
         self.names = names
         self.index = {name: i for i, name in enumerate(names)}
         self.pods = "pods" in self.index
@@ -261,8 +271,6 @@ class _State:
         self.missing: dict[str, Reason] = {}  # gangs of a queue that is not a leaf
         self.rejected: dict[str, Reason] = {}  # NeverFits / SizeRatioRejected
         self.not_running: dict[str, AdmittedGang] = {}
-        # Every admitted gang (preemption's candidates): the snapshot's, or a Planner's own.
-        self.admitted: Mapping[str, AdmittedGang] = {}
         self.seq = 0
 
     @classmethod
@@ -283,9 +291,9 @@ class _State:
                     taken = held[node] = [0] * width
                 for i, amount in enumerate(vector):
                     taken[i] += amount * count
-        state = cls(snapshot.nodes, snapshot.queues, names, held)
+        admitted_by_id = {admitted.gang.id: admitted for admitted in snapshot.admitted}
+        state = cls(snapshot.nodes, snapshot.queues, names, held, admitted_by_id)
         state.vectors = vectors
-        state.admitted = {admitted.gang.id: admitted for admitted in snapshot.admitted}
         tree = state.tree
         for admitted in snapshot.admitted:
             queue = admitted.gang.queue
@@ -616,6 +624,10 @@ class _Cycle:
         self.below: frozenset[str] = frozenset()
         self.aged = False  # the holder waited STARVATION_AFTER: it holds against younger gangs
         self.preempted: dict[str, Reason] = {}
+        # The holder's earliest possible start (see _holder_start); None until a gang that
+        # could backfill asks.
+        self.holder_start: float | None = None
+        self.admitted_gangs: list[Gang] = []  # the gangs of self.admitted, in step
         # Set while a node-blind queue's admitted gang is stuck: node-blind queues admit nothing.
         self.blind_hold: Reason | None = None
 
@@ -680,7 +692,7 @@ class _Cycle:
     def _starving(self, views: Sequence[_View]) -> None:
         """No starvation: the oldest big gang that has waited `STARVATION_AFTER` holds the
         plan's reservation against every younger gang, whatever the policy's order, except
-        gangs of queues below their weighted fair share. (Otherwise a big gang of a queue
+        gangs of other queues below their weighted fair share. (Otherwise a big gang of a queue
         above its share would wait for as long as queues below it have demand.)"""
         oldest: tuple[SubmitStamp, Gang, FitClass] | None = None
         for _, _, _, bigs in views:
@@ -735,10 +747,13 @@ class _Cycle:
         preempt admitted gangs to be admitted now."""
         queues = self.tree.queues
         admitted_now = {admission.gang_id for admission in self.admitted}
+        # A policy whose head blocks every queue (strict-fifo): only the first waiting gang of
+        # all may preempt, or a later gang would be admitted before it.
+        global_head = any(self.policy.blocking(queues[view[0]]) == "all" for view in views)
         heads: list[tuple[tuple[object, ...], Gang, FitClass]] = []
         for leaf, entries, _, _ in views:
             queue = queues[leaf]
-            if not queue.preemption.enabled:
+            if not queue.preemption.enabled and not global_head:
                 continue
             for entry in entries:
                 gang = entry[2]
@@ -748,6 +763,9 @@ class _Cycle:
                     heads.append((key, gang, entry[3]))
                     break
         heads.sort(key=itemgetter(0))
+        if global_head:
+            heads = heads[:1]
+        heads = [head for head in heads if queues[head[1].queue].preemption.enabled]
         preemptors: list[str] = []
 
         def admit(gang: Gang, fit: FitClass, size: int, placement: dict[str, int]) -> None:
@@ -1136,7 +1154,14 @@ class _Cycle:
         if (
             holder is not None
             and gang is not holder
-            and (not self.aged or (holder.submitted < gang.submitted and leaf not in self.below))
+            and (
+                not self.aged
+                or (
+                    holder.submitted < gang.submitted
+                    and (leaf == holder.queue or leaf not in self.below)
+                )
+            )
+            and not self._backfills(gang)
         ):
             assert self.reserved is not None
             usable = self.state.restricted(fit, self.reserved)
@@ -1152,11 +1177,57 @@ class _Cycle:
         room = cluster.room(usable)
         if usable is not fit and cluster.room(fit) >= floor:
             assert holder is not None
+            if gang.runtime_limit is not None and self.holder_start is not None:
+                return reasons.reserved_for_too_long(
+                    holder.id, gang.runtime_limit, self.holder_start - self.now
+                )
             waited = self.now - holder.submitted.time if self.aged else None
             return reasons.reserved_for(holder.id, waited)
         if minimum < size and not elastic_now and room >= minimum:
             return self._elastic_waiting(gang, room)
         return _no_fit(floor, gang.pod_requests, fit.one_pod_per_node, room, fit.restricted)
+
+    def _backfills(self, gang: Gang) -> bool:
+        """Conservative backfill: a gang after the holder may use the reserved nodes when it is
+        certain to end (Kubernetes ends it at its runtime limit) before the holder could start,
+        so it never delays the holder. Not around an aged holder: it has waited its
+        starvation bound already, and gangs end before their limits, so backfill would keep it
+        waiting past the bound (docs/benchmarks.md, *What backfill buys*)."""
+        limit = gang.runtime_limit
+        if limit is None or self.aged:
+            return False
+        start = self.holder_start
+        if start is None:
+            start = self.holder_start = self._holder_start()
+        # Infinite: a gang on the reserved nodes may run for ever, so when the holder starts
+        # is unknown, not never; nothing is certain to end before it.
+        return start != INF and self.now + limit <= start
+
+    def _holder_start(self) -> float:
+        """The holder's earliest possible start: when the last admitted gang that may hold
+        room on the reserved nodes ends at the latest (infinite, unknown, if one has no limit;
+        ``now`` if there is none). Such a gang has pods on a reserved node, or is not running
+        yet and has pods without a node (they may still land there). Gangs this plan admitted
+        count too (admitted now); the gangs it backfills end by this time, so they move it
+        not."""
+        reserved = self.reserved
+        assert reserved is not None
+        member = reserved.member
+        index = self.cluster.index
+        start = self.now
+        occupants: list[tuple[Gang, float]] = []
+        for admitted in self.state.admitted.values():
+            if _may_occupy(admitted.placement, admitted.size, admitted.running, member, index):
+                occupants.append((admitted.gang, admitted.admitted_at))
+        for gang, admission in zip(self.admitted_gangs, self.admitted, strict=True):
+            if _may_occupy(admission.placement, admission.size, False, member, index):
+                occupants.append((gang, self.now))
+        for gang, admitted_at in occupants:
+            limit = gang.runtime_limit
+            if limit is None:
+                return INF
+            start = max(start, admitted_at + limit)
+        return start
 
     def _quota_reason(
         self, leaf: str, fit: FitClass, pods: int, available: Sequence[float]
@@ -1189,11 +1260,25 @@ class _Cycle:
         if self.keep:
             self.taken.append((leaf, demand))
         self.admitted.append(Admission(gang.id, leaf, size, placement))
+        self.admitted_gangs.append(gang)
         if big:
             self.blocker = gang.id
         if gang is self.holder:
             # An aged holder placed: gangs after it may use what is left.
             self.holder = None
+
+
+def _may_occupy(
+    placement: Mapping[str, int], size: int, running: bool, member: bytes, index: Mapping[str, int]
+) -> bool:
+    """True if an admitted gang may hold room on the nodes of ``member`` (see _holder_start)."""
+    placed = 0
+    for node, pods in placement.items():
+        n = index.get(node)
+        if n is not None and member[n] and pods > 0:
+            return True
+        placed += pods
+    return not running and placed < size
 
 
 class Planner:
@@ -1417,8 +1502,7 @@ class Planner:
         state = self._state
         if state is None:
             names = sorted(self._static_names | self._requested.keys())
-            state = _State(self._nodes, self._tree, names)
-            state.admitted = self._admitted
+            state = _State(self._nodes, self._tree, names, admitted=self._admitted)
             for admitted in self._admitted.values():
                 state.add_admitted(admitted)
             entries = self._entries

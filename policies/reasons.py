@@ -5,6 +5,7 @@ One function per reason code, so the wording lives in one place and tests can pi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from functools import lru_cache
 
@@ -23,6 +24,7 @@ __all__ = [
     "queue_not_found",
     "quota_exhausted",
     "reserved_for",
+    "reserved_for_too_long",
     "size_ratio_rejected",
     "size_ratio_serialized",
     "strict_fifo_blocked",
@@ -142,6 +144,26 @@ def reserved_for(holder: str, waited: float | None = None) -> Reason:
         "Reserved",
         f"capacity reserved for big gang {holder}, which comes before it in the policy's order "
         "(size ratio: the first big gang that waits for nodes is not starved)",
+    )
+
+
+def reserved_for_too_long(holder: str, limit: float, holder_wait: float) -> Reason:
+    """Reserved, for a gang with a runtime limit that may not backfill: it would not surely end
+    before the big gang could start (``holder_wait`` seconds from now, infinite if unknown)."""
+    if math.isinf(holder_wait):
+        why = (
+            "a gang on the reserved nodes has no runtime limit (activeDeadlineSeconds), so when "
+            "the big gang can start is not known"
+        )
+    else:
+        why = (
+            f"its runtime limit ({format_duration(limit)}) ends after the big gang's earliest "
+            f"start (in {format_duration(holder_wait)})"
+        )
+    return Reason(
+        "Reserved",
+        f"capacity reserved for big gang {holder}, which comes before it in the policy's order; "
+        f"it cannot backfill: {why}",
     )
 
 

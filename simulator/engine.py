@@ -60,10 +60,11 @@ STATE_NAMES = ("waiting", "pending", "backoff", "holding", "running", "finished"
 # Event kinds; the value is also the order among events of one instant: capacity is freed before
 # anything else happens at that instant.
 _FINISH = 0
-_PODS_RUNNING = 1
-_CLOG_CHECK = 2
-_REQUEUE = 3
-_REPLAN = 4
+_DEADLINE = 1  # the gang's runtime limit (activeDeadlineSeconds) passed: Kubernetes ends it
+_PODS_RUNNING = 2
+_CLOG_CHECK = 3
+_REQUEUE = 4
+_REPLAN = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +425,8 @@ class Engine:
             return  # the attempt this event belonged to was evicted
         if kind == _FINISH:
             self._finish(record)
+        elif kind == _DEADLINE:
+            self._deadline(record)
         elif kind == _PODS_RUNNING:
             self._pods_running(record, pods)
         elif kind == _CLOG_CHECK:
@@ -464,6 +467,9 @@ class Engine:
         else:
             self.new_gangs.append(record.index)
             self.pod_queue_dirty = True
+            # Not suspended: the Job's deadline counts from its creation.
+            if record.gang.runtime_limit is not None:
+                self._push(self.now + record.gang.runtime_limit, _DEADLINE, record)
 
     def _enqueue_pending(self, record: GangRecord) -> None:
         q = record.queue
@@ -564,6 +570,24 @@ class Engine:
         self._release(record)
         self._set_state(record, FINISHED)
         record.attempt += 1  # invalidates this attempt's queued pods and events
+
+    def _deadline(self, record: GangRecord) -> None:
+        """Kubernetes fails a Job still active ``activeDeadlineSeconds`` after it started (for a
+        suspended Job: after it was resumed, i.e. admitted) and deletes its pods."""
+        if record.state not in (PENDING, HOLDING, RUNNING):
+            return
+        limit = record.gang.runtime_limit
+        record.finished = self.now  # it ended (failed) here: the makespan counts it
+        self._release(record)
+        self._set_state(record, FAILED)
+        record.attempt += 1  # invalidates this attempt's queued pods and events
+        record.reason = (
+            f"DeadlineExceeded: still active after its runtime limit "
+            f"(activeDeadlineSeconds) of {limit:g}s; raise runtimeLimit above the runtime"
+        )
+        self.incidents.append(
+            Incident(self.now, "fail", record.gang.id, self.queue_names[record.queue])
+        )
 
     def _clog_check(self, record: GangRecord) -> None:
         if record.state != HOLDING:
@@ -787,6 +811,9 @@ class Engine:
         if placed:
             self._push(now + self.start_delay, _PODS_RUNNING, record, placed)
         self._push(now + record.clog_timeout, _CLOG_CHECK, record)
+        if record.gang.runtime_limit is not None:
+            # Resuming a suspended Job starts its activeDeadlineSeconds clock.
+            self._push(now + record.gang.runtime_limit, _DEADLINE, record)
 
     # ------------------------------------------------------------------ pod-level scheduler
 

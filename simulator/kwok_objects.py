@@ -20,6 +20,7 @@ What the objects carry so the cluster behaves as the trace says:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -57,6 +58,12 @@ def quantity(resource: str, amount: int) -> str:
 
 def quantities(resources: Resources) -> dict[str, str]:
     return {name: quantity(name, amount) for name, amount in sorted(resources.items())}
+
+
+def wall_deadline_seconds(trace_seconds: float, scale: float) -> int:
+    """A trace runtime limit compressed by `scale`, as whole seconds for `activeDeadlineSeconds`
+    (an integer >= 1): rounded up, so Kubernetes never ends a gang before its trace limit."""
+    return max(1, math.ceil(trace_seconds / scale - 1e-9))
 
 
 def wall_duration(trace_seconds: float, scale: float) -> str:
@@ -250,6 +257,9 @@ def gang_object(
         gang_fields[PRIORITY] = str(gang.priority + priority_shift)
     if gang.elastic_after:
         gang_fields[ELASTIC_AFTER] = wall_duration(gang.elastic_after, scale)
+    deadline = (
+        wall_deadline_seconds(gang.runtime_limit, scale) if gang.runtime_limit is not None else None
+    )
     if gang.kind == "MiniCluster":
         spec: dict[str, Any] = {
             "size": gang.size,
@@ -265,6 +275,8 @@ def gang_object(
         }
         if gang.min_size is not None:
             spec["minSize"] = gang.min_size
+        if deadline is not None:
+            spec["deadlineSeconds"] = deadline  # the operator's Job: activeDeadlineSeconds
         body = {
             "apiVersion": MINICLUSTER_API,
             "kind": "MiniCluster",
@@ -310,6 +322,7 @@ def gang_object(
                 "metadata": {"labels": pod_labels, "annotations": {GANG_RUNTIME: runtime}},
                 "spec": pod_spec,
             },
+            **({"activeDeadlineSeconds": deadline} if deadline is not None else {}),
         },
     }
     return GangObject(

@@ -123,6 +123,8 @@ class JobGroup:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     elastic_after: float = 0.0
+    runtime_limit: float | None = None
+    """Seconds each gang may run once started (its Job's activeDeadlineSeconds); None = none."""
 
     @property
     def min(self) -> int:
@@ -224,6 +226,7 @@ def expand(trace: Trace, seed: int = 0) -> list[SubmittedGang]:
             tolerations=group.tolerations,
             elastic_after=group.elastic_after,
             kind=group.kind,
+            runtime_limit=group.runtime_limit,
         )
         expanded.append(SubmittedGang(gang=gang, runtime=group.runtime, group=group.name))
     return expanded
@@ -311,6 +314,7 @@ _JOB_FIELDS = (
     "nodeSelector",
     "tolerations",
     "elasticAfter",
+    "runtimeLimit",
 )
 _SIM_FIELDS = ("podStartDelay", "horizon")
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -509,6 +513,13 @@ def _job_group(item: object, index: int) -> JobGroup:
         for j, t in enumerate(_list(data.get("tolerations", []), f"{where}.tolerations"))
     )
     elastic_after = _duration(data.get("elasticAfter", 0.0), f"{where}.elasticAfter")
+    runtime_limit: float | None = None
+    if data.get("runtimeLimit") is not None:
+        runtime_limit = _duration(data["runtimeLimit"], f"{where}.runtimeLimit")
+        if runtime_limit <= 0:
+            raise TraceError(
+                f"{where}.runtimeLimit: must be positive, e.g. 360s (or leave it out: no limit)"
+            )
     return JobGroup(
         name=name,
         queue=_str(data.get("queue"), f"{where}.queue"),
@@ -526,6 +537,7 @@ def _job_group(item: object, index: int) -> JobGroup:
         node_selector=_str_map(data.get("nodeSelector", {}), f"{where}.nodeSelector"),
         tolerations=tolerations,
         elastic_after=elastic_after,
+        runtime_limit=runtime_limit,
     )
 
 

@@ -178,6 +178,9 @@ def gangs(
                 tolerations=tolerations,
                 elastic_after=draw(st.sampled_from((0.0, 5.0, 100.0))),
                 preemptions=draw(st.integers(0, 3)),
+                # Against admitted gangs' limits and plan times (0 to 200 s): some gangs
+                # backfill onto reserved nodes, some are too long, some have no limit.
+                runtime_limit=draw(st.sampled_from((None, 5.0, 50.0, 300.0))),
             )
         )
     return result

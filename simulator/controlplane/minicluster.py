@@ -4,10 +4,10 @@ The real operator cannot be built here (the Go module proxy refuses its module p
 and the kwok engine install `minicluster-crd.yaml` and run this reconciler. It creates what the
 operator's `newMiniClusterJob` creates, which is all muster looks at: a Job named after the
 MiniCluster, labelled with `spec.jobLabels`, Indexed, completions = parallelism = `spec.size`,
-restartPolicy OnFailure, pod labels/annotations/nodeSelector from `spec.pod`, and a controller
-owner reference to the MiniCluster. (It also reads `spec.pod.tolerations`, which the stand-in CRD
-keeps, so pods can land on tainted kwok nodes.) Flux itself, its ConfigMaps, Secrets and
-Services are not modelled.
+restartPolicy OnFailure, activeDeadlineSeconds from `spec.deadlineSeconds`, pod
+labels/annotations/nodeSelector from `spec.pod`, and a controller owner reference to the
+MiniCluster. (It also reads `spec.pod.tolerations`, which the stand-in CRD keeps, so pods can
+land on tainted kwok nodes.) Flux itself, its ConfigMaps, Secrets and Services are not modelled.
 """
 
 from __future__ import annotations
@@ -91,6 +91,12 @@ def job_for(minicluster: dict[str, Any]) -> dict[str, Any]:
         },
         "spec": {
             "backoffLimit": 100,
+            # The operator copies spec.deadlineSeconds (its CRD defaults it to about a year).
+            **(
+                {"activeDeadlineSeconds": int(spec["deadlineSeconds"])}
+                if spec.get("deadlineSeconds") is not None
+                else {}
+            ),
             "completions": size,
             "parallelism": size,
             "completionMode": "Indexed",

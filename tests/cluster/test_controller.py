@@ -13,8 +13,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from admission.gangs import parse_admitted
+from admission.gangs import parse_admitted, parse_time
 from admission.kubeapi import ApiError, KubeClient
+from policies import Resources
 from policies.submitted import parse_stamp
 from policies.vocabulary import CLOG_TIMEOUT, EVICTED_REASON, SUBMITTED
 from simulator.controlplane.cluster import FAKE_NODE_TAINT, NODE_GROUP_LABEL
@@ -40,7 +41,7 @@ from tests.controller_helpers import (
     sampling,
     wait_all_finished,
 )
-from tests.kube import create_through_webhook, wait_for
+from tests.kube import create_through_webhook, job_condition, wait_for
 
 pytestmark = [pytest.mark.cluster]
 
@@ -474,3 +475,79 @@ def test_a_miniclusters_own_clog_timeout_evicts_it_before_the_queues(
         reconciler.stop()
         delete_queue(kube, q)
     assert not reconciler.errors, reconciler.errors[:3]
+
+
+def test_a_job_with_active_deadline_seconds_backfills_onto_reserved_capacity(
+    kube: KubeClient, namespace: str, muster: MusterProcess
+) -> None:
+    """A Job with activeDeadlineSeconds backfills onto capacity reserved for a big gang and
+    the big gang still starts on time.
+
+    Four 8-cpu nodes of their own. "hog" runs on two of them for 40 s (limit 90 s). "big"
+    needs all four and holds the reservation. "quick" (4 cpu, 3 s, limit 30 s) is certain to
+    end before big could start (hog's limit), so it runs at once on a reserved node; "slow",
+    the same without a limit, waits with reason Reserved until big has run. Big is admitted
+    as soon as hog has finished: quick did not delay it.
+    """
+    group = f"bf-{namespace}"[:60]
+    create_nodes(kube, group, {f"{group}-{n}": {} for n in range(4)}, cpu="8")
+    q = f"{namespace}-bf"
+    # Only big (32 cpu) is big beside the whole cluster, whatever its size; hog has 16 cpu.
+    total = sum(
+        Resources.parse(node["status"]["allocatable"], field="allocatable")["cpu"]
+        for node in kube.get("/api/v1/nodes")["items"]
+    )
+    create_queue(kube, q, {"sizeRatio": {"ratio": round(24_000 / total, 6)}})
+    select = {NODE_GROUP_LABEL: group}
+    jobs = jobs_path(namespace)
+    url = f"{muster.status_url}/v1/gangs/{namespace}"
+
+    def job(name: str, pods: int, cpu: str, runtime: str, deadline: int | None) -> dict[str, Any]:
+        body = gang_job(name, q, pods=pods, cpu=cpu, runtime=runtime, node_selector=select)
+        if deadline is not None:
+            body["spec"]["activeDeadlineSeconds"] = deadline
+        return body
+
+    def admitted_at(name: str) -> float | None:
+        value = admitted(kube.get(f"{jobs}/{name}"))
+        return parse_admitted(value)[0] if value else None
+
+    try:
+        create_through_webhook(kube, jobs, job("hog", 2, "8", "40s", 90))
+        wait_for(lambda: admitted_at("hog"), timeout=60, what="hog admitted")
+        create_through_webhook(kube, jobs, job("big", 4, "8", "3s", None))
+        wait_for(
+            lambda: pending_reason(f"{url}/big", "NoFit"), timeout=60, what="big holding nodes"
+        )
+        create_through_webhook(kube, jobs, job("slow", 1, "4", "3s", None))
+        create_through_webhook(kube, jobs, job("quick", 1, "4", "3s", 30))
+        quick_at = wait_for(lambda: admitted_at("quick"), timeout=30, what="quick backfilled")
+        slow = wait_for(
+            lambda: pending_reason(f"{url}/slow", "Reserved"), timeout=30, what="slow Reserved"
+        )
+        assert f"big gang {namespace}/big" in slow["reason"]["message"]
+        assert admitted_at("big") is None and admitted_at("slow") is None
+        wait_for(lambda: finished(kube.get(f"{jobs}/quick")), timeout=60, what="quick finished")
+        quick_job = kube.get(f"{jobs}/quick")
+        assert not job_condition(quick_job, "Failed"), "quick was ended by its deadline"
+        # Big starts when hog ends, as it would have without quick.
+        big_at = wait_for(lambda: admitted_at("big"), timeout=120, what="big admitted")
+        hog_done = wait_for(
+            lambda: _completion_time(kube.get(f"{jobs}/hog")), timeout=30, what="hog completed"
+        )
+        assert quick_at < big_at
+        assert big_at - hog_done < 15, f"big admitted {big_at - hog_done:.1f}s after hog ended"
+        slow_at = wait_for(lambda: admitted_at("slow"), timeout=120, what="slow admitted")
+        assert slow_at >= big_at
+        wait_all_finished(kube, namespace, 4, 120)
+    finally:
+        delete_queue(kube, q)
+        delete_nodes(kube, group)
+
+
+def _completion_time(job: dict[str, Any]) -> float | None:
+    """When the Job's Complete condition became true, in epoch seconds."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Complete" and condition.get("status") == "True":
+            return parse_time(condition["lastTransitionTime"])
+    return None

@@ -235,7 +235,7 @@ def test_strict_fifo_never_admits_past_a_blocked_head(snapshot: Snapshot, policy
 
 
 @SETTINGS
-@given(snapshots())
+@given(any_snapshots())
 def test_global_strict_fifo_admits_a_prefix(snapshot: Snapshot) -> None:
     decisions = plan(snapshot, "strict-fifo")
     admitted = {a.gang_id for a in decisions.admitted}
@@ -277,7 +277,14 @@ def test_a_reservation_never_holds_back_what_comes_before_it(
 ) -> None:
     """A gang admitted by the plan came before the holder in the policy's order or fit beside
     it: taking away the holder admits the same gangs before it (the plan's order is the
-    order of admission), so nothing before the holder waited for it."""
+    order of admission), so nothing before the holder waited for it.
+
+    Without runtime limits: a gang that backfills onto the reserved nodes may be admitted only
+    because gangs without a limit were kept off them (tests/unit/test_planner.py covers
+    backfill)."""
+    snapshot = dataclasses.replace(
+        snapshot, pending=[dataclasses.replace(g, runtime_limit=None) for g in snapshot.pending]
+    )
     tree = QueueTree.build(dataclasses.replace(q, preemption=Preemption()) for q in snapshot.queues)
     snapshot = dataclasses.replace(snapshot, queues=tree)
     decisions = plan(snapshot, policy)
@@ -291,7 +298,12 @@ def test_a_reservation_never_holds_back_what_comes_before_it(
     without = dataclasses.replace(
         snapshot, pending=[g for g in snapshot.pending if g.id not in holders]
     )
-    before = [a.gang_id for a in plan(without, policy).admitted]
+    decisions_without = plan(without, policy)
+    if any("holds a reservation" in r.message for r in decisions_without.pending.values()):
+        # Another big gang holds the reservation instead and keeps off gangs the first one
+        # let through (one reservation per plan): the two plans hold back different gangs.
+        return
+    before = [a.gang_id for a in decisions_without.admitted]
     admitted = [a.gang_id for a in decisions.admitted]
     # Every gang admitted with the reservation in place is admitted without it too, in the
     # same order up to the first gang the reservation changed.

@@ -198,3 +198,62 @@ def test_stuck_gangs_keep_the_last_reason_the_planner_gave_them() -> None:
         "default/urgent-0": f"{no_room} (at the horizon)",
         "default/late-0": "NoFit: no pod of the gang fits a node (at the horizon)",
     }
+
+
+# --- runtime limits (activeDeadlineSeconds) --------------------------------------------------
+
+
+def test_a_gang_past_its_runtime_limit_fails_with_deadline_exceeded() -> None:
+    # Admitted at 0 and still running at its 50 s limit (it needs 2 s + 100 s): Kubernetes
+    # ends it then, as failed, and its nodes go to the next gang.
+    trace = tiny([gang("late", 4, runtimeLimit="50s"), gang("next", 4, submit={"at": "1s"})])
+    result = simulate(trace, EngineConfig(admission="muster", check=True))
+    late, following = sorted(result.gangs, key=lambda r: r.group)
+    assert late.state == FAILED
+    assert late.reason.startswith("DeadlineExceeded")
+    assert late.finished == 50.0
+    assert following.state == FINISHED and following.first_admitted == 50.0
+    assert summarize(result)["failed"] == 1
+
+
+def test_without_gang_admission_the_deadline_counts_from_submission() -> None:
+    # Unsuspended Jobs start at creation: the clogged pair fails at its limit, which frees
+    # the nodes that each held.
+    trace = tiny([gang("a", 4, runtimeLimit="30s"), gang("b", 4, runtimeLimit="30s")])
+    result = simulate(trace, EngineConfig(admission="none", check=True))
+    assert {r.state for r in result.gangs} == {FAILED}
+    assert all(r.finished == 30.0 and r.reason.startswith("DeadlineExceeded") for r in result.gangs)
+
+
+def _backfill_trace(small_limit: str | None) -> Trace:
+    # Six one-pod nodes; "hog" holds three until 102 s; "big" needs all six and holds the
+    # reservation from 1 s; "small" comes after it and needs one node for 10 s.
+    small = gang("small", 1, runtime="10s", submit={"at": "2s"})
+    if small_limit is not None:
+        small["runtimeLimit"] = small_limit
+    return tiny(
+        [
+            gang("hog", 3, runtimeLimit="120s"),
+            gang("big", 6, submit={"at": "1s"}),
+            small,
+        ],
+        sizeRatio={"ratio": 0.5},
+    )
+
+
+def test_a_gang_with_a_short_limit_backfills_and_the_big_gang_starts_on_time() -> None:
+    starts: dict[str | None, dict[str, float]] = {}
+    for limit in (None, "20s"):
+        result = simulate(_backfill_trace(limit), EngineConfig(admission="muster", check=True))
+        assert all(r.state == FINISHED and r.started is not None for r in result.gangs)
+        starts[limit] = {r.group: r.started or 0.0 for r in result.gangs}
+    # hog runs from 2 s to 102 s; big is admitted then and runs from 104 s either way.
+    assert starts[None]["big"] == starts["20s"]["big"] == 104.0
+    assert starts[None]["small"] > 104.0  # Reserved until big ran
+    assert starts["20s"]["small"] == 4.0  # backfilled at once
+
+
+def test_a_gang_whose_limit_outlasts_the_reservation_does_not_backfill() -> None:
+    result = simulate(_backfill_trace("200s"), EngineConfig(admission="muster", check=True))
+    started = {r.group: r.started for r in result.gangs}
+    assert started["small"] is not None and started["small"] > 100.0

@@ -14,6 +14,7 @@ import pytest
 from admission.gangs import format_admitted, job_record, node_from, queue_from
 from policies import Resources, SizeRatio
 from policies.vocabulary import ADMITTED, EVICTED_REASON, EVICTIONS, GANG, STATE, SUBMITTED
+from simulator.controlplane.minicluster import job_for
 from simulator.engine import FAILED, FINISHED, HOLDING, PENDING, RUNNING, STUCK, water_fill
 from simulator.kwok_objects import (
     SIM_RUN,
@@ -21,6 +22,7 @@ from simulator.kwok_objects import (
     node_bodies,
     quantity,
     queue_body,
+    wall_deadline_seconds,
     wall_duration,
 )
 from simulator.kwok_timeline import Timeline
@@ -88,6 +90,32 @@ def test_priority_and_elastic_wait_are_replayed_in_muster_annotations() -> None:
     ).body
     # -2 + 2: priority 0 is the default and is not written; the wait is compressed 10x.
     assert mc_body["metadata"]["annotations"] == {"muster.dev/elastic-after": "10s"}
+
+
+def test_runtime_limits_are_written_as_deadlines_compressed_like_runtimes() -> None:
+    data = copy.deepcopy(TRACE)
+    data["jobs"][0]["runtimeLimit"] = "61s"  # the MiniCluster
+    data["jobs"][1]["runtimeLimit"] = "12s"  # the Job
+    arrivals = expand(from_dict(data))
+    mc = next(a for a in arrivals if a.gang.kind == "MiniCluster")
+    job = next(a for a in arrivals if a.gang.kind == "Job")
+    job_body = gang_object(job, namespace="ns", admission="muster", scale=10, run="r1").body
+    # 1.2 s of wall time, rounded up to whole seconds: never before the trace's limit.
+    assert job_body["spec"]["activeDeadlineSeconds"] == 2
+    job_body["metadata"]["annotations"][SUBMITTED] = "2026-01-01T00:00:00.000000Z"
+    assert job_record(job_body).gang.runtime_limit == 2.0
+    mc_body = gang_object(mc, namespace="ns", admission="none", scale=10, run="r1").body
+    assert mc_body["spec"]["deadlineSeconds"] == 7
+    # The operator (here its stand-in) copies it to the MiniCluster's Job.
+    mc_body["metadata"]["uid"] = "u1"
+    assert job_for(mc_body)["spec"]["activeDeadlineSeconds"] == 7
+    plain = expand(from_dict(TRACE))
+    for arrival in plain:
+        body = gang_object(arrival, namespace="ns", admission="muster", scale=10, run="r").body
+        assert "activeDeadlineSeconds" not in body["spec"]
+        assert "deadlineSeconds" not in body["spec"]
+    assert wall_deadline_seconds(300, 25) == 12
+    assert wall_deadline_seconds(0.5, 25) == 1
 
 
 def test_quantities_and_durations_are_exact() -> None:

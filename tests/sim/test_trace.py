@@ -93,6 +93,12 @@ def test_json_trace(tmp_path: Path) -> None:
         (lambda d: d["jobs"][1].update(minSize=33), "jobs[1] (mc32).minSize: 33 is larger"),
         (lambda d: d["jobs"][0].update(queue="gpu"), "jobs[0] (mc64).queue: queue 'gpu' not found"),
         (lambda d: d["jobs"][3].update(runtime="2 minutes"), "jobs[3] (mc8).runtime:"),
+        (lambda d: d["jobs"][3].update(runtimeLimit="soon"), "jobs[3] (mc8).runtimeLimit:"),
+        (lambda d: d["jobs"][3].update(runtimeLimit="-5m"), "jobs[3] (mc8).runtimeLimit:"),
+        (
+            lambda d: d["jobs"][3].update(runtimeLimit="0s"),
+            "jobs[3] (mc8).runtimeLimit: must be positive",
+        ),
         (lambda d: d["jobs"][4].update(sise=4), "jobs[4] (mc4): unknown field 'sise'"),
         (lambda d: d["jobs"][4].update(kind="Pod"), "jobs[4] (mc4).kind: 'Pod' is not"),
         (lambda d: d["jobs"][0].update(count=0), "jobs[0] (mc64).count: 0 is below"),
@@ -110,6 +116,17 @@ def test_bad_trace_names_the_group_and_field(mutate: Any, message: str) -> None:
     with pytest.raises(TraceError) as error:
         from_dict(document, source="bad.yaml")
     assert message in str(error.value)
+
+
+def test_runtime_limit_reaches_every_gang_of_its_group() -> None:
+    document = copy.deepcopy(blog_document())
+    document["jobs"][0]["runtimeLimit"] = "6m"
+    trace = from_dict(document)
+    assert trace.jobs[0].runtime_limit == 360.0
+    assert trace.jobs[1].runtime_limit is None
+    limits = {g.gang.runtime_limit for g in expand(trace) if g.group == "mc64"}
+    assert limits == {360.0}
+    assert {g.gang.runtime_limit for g in expand(trace) if g.group == "mc32"} == {None}
 
 
 def test_bad_trace_runs_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

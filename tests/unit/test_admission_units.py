@@ -101,6 +101,25 @@ def test_job_record_reads_the_clog_timeout_from_annotation_or_label() -> None:
     assert bad.parse_error.startswith("muster.dev/clog-timeout: 'soon' is not a duration")
 
 
+def test_job_record_reads_the_runtime_limit_from_active_deadline_seconds() -> None:
+    assert job_record(job("a")).gang.runtime_limit is None
+    limited = job("b")
+    limited["spec"]["activeDeadlineSeconds"] = 600
+    record = job_record(limited)
+    assert record.gang.runtime_limit == 600.0 and record.parse_error is None
+    # The planner backfills with it: the controller's plans and the simulator's agree.
+    limited["spec"]["activeDeadlineSeconds"] = "600"
+    bad = job_record(limited)
+    assert bad.gang.runtime_limit is None
+    assert bad.parse_error == (
+        "spec.activeDeadlineSeconds: '600' is not a whole number of seconds; set it to a whole "
+        "number of seconds >= 1, or remove it for no limit"
+    )
+    limited["spec"]["activeDeadlineSeconds"] = 0
+    zero = job_record(limited)
+    assert zero.parse_error is not None and "0 is below 1 second" in zero.parse_error
+
+
 def test_admitted_annotation_round_trips() -> None:
     value = format_admitted(1_800_000_000.25, 3)
     assert parse_admitted(value) == (1_800_000_000.25, 3)

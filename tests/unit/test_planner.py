@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import pytest
@@ -11,6 +12,7 @@ from policies import (
     Decisions,
     Gang,
     Node,
+    Planner,
     PolicyError,
     Queue,
     QueueTree,
@@ -570,3 +572,102 @@ def test_a_big_gang_that_waited_long_holds_against_younger_gangs_of_queues_above
         "gang is not starved; queues below their fair share are not held back)",
     )
     assert late.pending["ns/big"].code == "NoFit"
+
+
+# --- backfill by deadline ------------------------------------------------------------------
+
+
+def _backfill_world(
+    younger_limit: float | None, busy_limit: float | None = 100.0
+) -> tuple[list[Gang], AdmittedGang]:
+    """Four 8-cpu nodes; a running gang admitted at 0 fills n0 and n1 (ending at its limit);
+    a big gang needs three whole nodes and holds the reservation (n2, n3 and one busy node);
+    a younger one-core gang comes after it in the policy's order."""
+    busy = running(gang("busy", 8, 2, runtime_limit=busy_limit), {"n0": 1, "n1": 1})
+    pending = [
+        gang("big", 8, 3, t=0),
+        gang("younger", 1, 1, t=5, runtime_limit=younger_limit),
+    ]
+    return pending, busy
+
+
+def test_backfills_when_its_limit_ends_before_the_holder_can_start() -> None:
+    # The big gang can start at 100 at the earliest (busy ends by its limit); at now=10 a gang
+    # limited to 90 s ends by then, so it may use the reserved nodes.
+    pending, busy = _backfill_world(younger_limit=90.0)
+    decisions = run(pending, queues(size_ratio=SizeRatio(0.1)), admitted=[busy], now=10.0)
+    assert admitted_ids(decisions) == ["ns/younger"]
+    assert set(decisions.admitted[0].placement) <= {"n2", "n3"}
+    assert "holds a reservation" in decisions.pending["ns/big"].message
+
+
+def test_no_backfill_around_a_big_gang_that_waited_its_starvation_bound() -> None:
+    # The same world, the big gang submitted STARVATION_AFTER ago: it holds because it waited,
+    # and nothing backfills around it (it has waited its bound already).
+    pending, busy = _backfill_world(younger_limit=1.0)
+    busy = dataclasses.replace(busy, admitted_at=STARVATION_AFTER)
+    now = STARVATION_AFTER + 10.0
+    decisions = run(pending, queues(size_ratio=SizeRatio(0.1)), admitted=[busy], now=now)
+    assert admitted_ids(decisions) == []
+    assert decisions.pending["ns/younger"].code == "Reserved"
+    assert "older and waiting for 2m10s" in decisions.pending["ns/younger"].message
+
+
+def test_does_not_backfill_when_its_limit_is_too_long() -> None:
+    pending, busy = _backfill_world(younger_limit=91.0)
+    decisions = run(pending, queues(size_ratio=SizeRatio(0.1)), admitted=[busy], now=10.0)
+    assert admitted_ids(decisions) == []
+    assert decisions.pending["ns/younger"] == Reason(
+        "Reserved",
+        "capacity reserved for big gang ns/big, which comes before it in the policy's order; it "
+        "cannot backfill: its runtime limit (1m31s) ends after the big gang's earliest start "
+        "(in 1m30s)",
+    )
+
+
+def test_does_not_backfill_without_a_limit() -> None:
+    pending, busy = _backfill_world(younger_limit=None)
+    decisions = run(pending, queues(size_ratio=SizeRatio(0.1)), admitted=[busy], now=10.0)
+    assert admitted_ids(decisions) == []
+    assert decisions.pending["ns/younger"].code == "Reserved"
+    assert "backfill" not in decisions.pending["ns/younger"].message
+
+
+def test_does_not_backfill_when_a_gang_on_the_reserved_nodes_has_no_limit() -> None:
+    pending, busy = _backfill_world(younger_limit=1.0, busy_limit=None)
+    decisions = run(pending, queues(size_ratio=SizeRatio(0.1)), admitted=[busy], now=10.0)
+    assert admitted_ids(decisions) == []
+    reason = decisions.pending["ns/younger"]
+    assert reason.code == "Reserved"
+    assert "a gang on the reserved nodes has no runtime limit" in reason.message
+
+
+def test_gangs_off_the_reserved_nodes_do_not_delay_the_holder_start() -> None:
+    # A gang without a limit on a node the big gang does not reserve leaves the holder's start
+    # at busy's limit. (n0, n1 and n4 are equally full; the reservation takes the first, n0.)
+    nodes = cluster(5)
+    pending, busy = _backfill_world(younger_limit=90.0)
+    elsewhere = running(gang("elsewhere", 8, 1), {"n4": 1})
+    decisions = run(
+        pending, queues(size_ratio=SizeRatio(0.1)), nodes, admitted=[busy, elsewhere], now=10.0
+    )
+    assert admitted_ids(decisions) == ["ns/younger"]
+
+
+def test_the_incremental_planner_backfills_like_plan() -> None:
+    pending, busy = _backfill_world(younger_limit=90.0)
+    planner = Planner(cluster(), queues(size_ratio=SizeRatio(0.1)))
+    planner.add_admitted(busy)
+    for g in pending:
+        planner.add_pending(g)
+    assert admitted_ids(planner.plan(10.0)) == ["ns/younger"]
+    # Once busy's record has no limit, the holder's start is unknown: nothing backfills.
+    planner.remove_admitted("ns/busy")
+    planner.add_admitted(running(gang("busy", 8, 2), {"n0": 1, "n1": 1}))
+    assert admitted_ids(planner.plan(10.0)) == []
+
+
+def test_runtime_limit_must_be_positive_and_finite() -> None:
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(PolicyError, match=r"runtimeLimit \(spec.activeDeadlineSeconds\)"):
+            gang("g", 1, 1, runtime_limit=bad)
