@@ -289,3 +289,32 @@ def test_a_bad_preemptions_count_keeps_the_gang_waiting_with_why(value: str) -> 
     assert record.parse_error is not None
     assert record.parse_error.startswith(f"annotation {PREEMPTIONS}: {value!r}")
     assert record.gang.preemptions == 0
+
+
+def test_a_young_gangs_reservation_covers_only_its_pods_not_bound_yet() -> None:
+    """The plan put all 4 pods on n1; the scheduler bound 3 of them on n2 and n3. The gang
+    holds 4 pods' room, never 4 on n1 plus the 3 bound elsewhere."""
+    cache = Cache()
+    for name in ("n1", "n2", "n3"):
+        body = {"metadata": {"name": name}, "status": {"allocatable": {"cpu": "8", "pods": "9"}}}
+        cache.apply_node("ADDED", body)
+    admitted = job("a", annotations={"muster.dev/admitted": format_admitted(1.0, 4)})
+    admitted["spec"]["suspend"] = False
+    cache.apply_job("ADDED", admitted)
+    cache.reservations["ns/a"] = {"n1": 4}
+    for i, node in enumerate(("n2", "n2", "n3")):
+        pod = {
+            "metadata": {
+                "name": f"a-{i}",
+                "namespace": "ns",
+                "uid": f"p{i}",
+                "labels": {"muster.dev/gang": "a"},
+            },
+            "spec": {"nodeName": node, "containers": [{"resources": {"requests": {"cpu": "2"}}}]},
+            "status": {"phase": "Running"},
+        }
+        cache.apply_pod("ADDED", pod)
+    record = cache.jobs["ns/a"]
+    assert cache.placement(record, now=2.0) == {"n1": 1, "n2": 2, "n3": 1}
+    (held,) = cache.snapshot(now=2.0).admitted
+    assert sum(held.placement.values()) == 4
