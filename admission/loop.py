@@ -130,9 +130,10 @@ class Controller:
         #    decisions do not say, and a cycle's delay costs less than an overcommitted quota.
         admissions = decisions.admitted
         if decisions.preempted and not await self._preempt(decisions.preempted):
+            # No wake-up here: a victim refused for good would make a busy loop; the next
+            # change or the period plans again.
             log.warning("a preemption victim was not suspended; admitting nothing this cycle")
             admissions = []
-            self.cache.changed.set()
         # 5. Admit: optimistic cache update now, one PATCH each, rolled back if refused.
         for admission in admissions:
             self._admit(admission, now)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import KubeClient
+from admission.kubeapi import ApiError, KubeClient
 from policies.vocabulary import (
     ADMITTED,
     EVICTED_REASON,
@@ -46,7 +46,7 @@ from tests.controller_helpers import (
     sampling,
     wait_all_finished,
 )
-from tests.kube import create_through_webhook, wait_for
+from tests.kube import create_through_webhook, job_manifest, wait_for
 
 pytestmark = [pytest.mark.cluster]
 
@@ -187,32 +187,6 @@ def test_a_reclaiming_queue_preempts_the_youngest_borrowed_gangs(
         assert queues[a]["pending"] == 0 and queues[b]["pending"] == 0
 
 
-def test_fair_share_reclaim_preempts_a_queue_above_its_share(
-    kube: KubeClient, namespace: str, muster: MusterProcess
-) -> None:
-    """With fairShare: Reclaim alone, b (weight 2) takes back capacity from a, which holds
-    the whole cohort: above its weighted fair share."""
-    with borrowing_cohort(kube, namespace, {"fairShare": "Reclaim"}) as (a, b, select):
-        path = jobs_path(namespace)
-        for i in range(4):
-            body = gang_job(f"a-{i}", a, pods=4, cpu="2", runtime="20s", node_selector=select)
-            create_through_webhook(kube, path, body)
-        wait_for(
-            lambda: all(running_pods(kube, namespace, f"a-{i}") == 4 for i in range(4)),
-            timeout=90,
-            what="a's four gangs running on the node group",
-        )
-        create_through_webhook(
-            kube, path, gang_job("b-0", b, pods=4, cpu="2", runtime="3s", node_selector=select)
-        )
-        wait_for(lambda: admitted(kube.get(f"{path}/b-0")), timeout=60, what="b's gang admitted")
-        jobs = {j["metadata"]["name"]: j for j in kube.get(path)["items"]}
-        victims = sorted(n for n, j in jobs.items() if PREEMPTIONS in annotations_of(j))
-        assert victims == ["a-3"], {n: annotations_of(j) for n, j in jobs.items()}
-        assert "fairShare: Reclaim" in annotations_of(jobs["a-3"])[PREEMPTED_BY]
-        wait_all_finished(kube, namespace, 5, 240)
-
-
 def test_kill_9_during_preemptions_loses_nothing_and_admits_nothing_twice(
     kube: KubeClient, namespace: str, muster: MusterProcess
 ) -> None:
@@ -266,3 +240,124 @@ def test_kill_9_during_preemptions_loses_nothing_and_admits_nothing_twice(
     )
     assert_within_quota(samples)
     assert_each_admission_accounted(samples, jobs)
+
+
+VAP = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+VAP_BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+
+
+@contextmanager
+def refusing_preemption_writes(kube: KubeClient, namespace: str) -> Iterator[None]:
+    """The apiserver itself refuses (403) any update that records a preemption on a Job
+    labelled refuse-preemption=yes in `namespace` (a ValidatingAdmissionPolicy)."""
+    name = f"refuse-{namespace}"[:63]
+    kube.create(
+        VAP,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": ["batch"],
+                            "apiVersions": ["v1"],
+                            "operations": ["UPDATE"],
+                            "resources": ["jobs"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": "!has(object.metadata.annotations) || "
+                        f"!('{PREEMPTIONS}' in object.metadata.annotations)",
+                        "message": "preemption refused by the test's policy",
+                        "reason": "Forbidden",
+                    }
+                ],
+            },
+        },
+    )
+    kube.create(
+        VAP_BINDINGS,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": namespace}
+                    },
+                    "objectSelector": {"matchLabels": {"refuse-preemption": "yes"}},
+                },
+            },
+        },
+    )
+    try:
+        # The apiserver loads the policy through an informer: wait until it refuses.
+        probe = job_manifest("probe", parallelism=1, suspend=True)
+        probe["metadata"]["labels"]["refuse-preemption"] = "yes"
+        kube.create(jobs_path(namespace), probe)
+
+        def refused() -> bool:
+            try:
+                kube.patch(
+                    f"{jobs_path(namespace)}/probe",
+                    {"metadata": {"annotations": {PREEMPTIONS: "1"}}},
+                )
+            except ApiError as exc:
+                return exc.status == 403
+            kube.patch(
+                f"{jobs_path(namespace)}/probe", {"metadata": {"annotations": {PREEMPTIONS: None}}}
+            )
+            return False
+
+        wait_for(refused, timeout=60, interval=1, what="the test's admission policy in force")
+        kube.delete(f"{jobs_path(namespace)}/probe")
+        yield
+    finally:
+        kube.delete(f"{VAP_BINDINGS}/{name}")
+        kube.delete(f"{VAP}/{name}")
+
+
+def test_a_refused_victim_write_admits_no_preemptor(
+    kube: KubeClient, namespace: str, muster: MusterProcess
+) -> None:
+    """The apiserver refuses to suspend the victim the plan picks (a-3, the youngest): the
+    preemptor is not admitted on capacity that was not freed; it is admitted once a's gangs
+    finish, and the cohort's quota is never exceeded."""
+    with (
+        borrowing_cohort(kube, namespace, {"reclaimWithinCohort": "Any"}) as (a, b, select),
+        refusing_preemption_writes(kube, namespace),
+    ):
+        path = jobs_path(namespace)
+        with sampling(kube, namespace) as samples:
+            for i in range(4):
+                body = gang_job(f"a-{i}", a, pods=4, cpu="2", runtime="25s", node_selector=select)
+                if i == 3:
+                    body["metadata"]["labels"]["refuse-preemption"] = "yes"
+                create_through_webhook(kube, path, body)
+            wait_for(
+                lambda: all(running_pods(kube, namespace, f"a-{i}") == 4 for i in range(4)),
+                timeout=90,
+                what="a's four gangs running on the node group",
+            )
+            create_through_webhook(
+                kube, path, gang_job("b-0", b, pods=4, cpu="2", runtime="3s", node_selector=select)
+            )
+            wait_for(
+                lambda: "a preemption victim was not suspended" in muster.text(),
+                timeout=60,
+                what="the controller's plan to preempt a-3, refused",
+            )
+            time.sleep(3)  # more cycles: each plans the same preemption, each is refused
+            jobs = {j["metadata"]["name"]: j for j in kube.get(path)["items"]}
+            if all(not finished(jobs[f"a-{i}"]) for i in range(4)):
+                assert not admitted(jobs["b-0"]), "b-0 admitted while a-3 still holds its room"
+            assert admitted(jobs["a-3"]) and PREEMPTIONS not in annotations_of(jobs["a-3"])
+            wait_all_finished(kube, namespace, 5, 240)
+        jobs_after = kube.get(path)["items"]
+        assert_within_quota(samples)
+        assert_each_admission_accounted(samples, jobs_after)
+        assert all(PREEMPTIONS not in annotations_of(j) for j in jobs_after)
