@@ -18,6 +18,7 @@ from typing import Any, Literal
 from admission.cache import Cache
 from admission.deadlock import PartialGang, gangs_to_evict, wait_for_graph
 from admission.gangs import JobRecord
+from admission.kubeapi import ApiError
 from admission.metrics import ControllerMetrics
 from admission.status import queue_positions, queue_status
 from admission.writes import JobRef, Writer
@@ -184,7 +185,15 @@ class Controller:
         if outcome != "ok":
             log.warning("preempt %s: not suspended (%s)", record.key, outcome)
             if outcome == "conflict":
-                body = await self.writer.call(self.writer.get_job, record.namespace, record.name)
+                # The Job is not what the plan saw: let the cache hold the truth. If this read
+                # fails too, the watch brings it.
+                try:
+                    body = await self.writer.call(
+                        self.writer.get_job, record.namespace, record.name
+                    )
+                except (ApiError, OSError) as exc:
+                    log.info("preempt %s: re-reading the Job failed: %s", record.key, exc)
+                    body = None
                 if body is not None:
                     self.cache.apply_job("MODIFIED", body)
             return False
