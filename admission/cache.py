@@ -333,7 +333,12 @@ class Cache:
         return node
 
     def placement(self, record: JobRecord, now: float) -> dict[str, int]:
-        """Where an admitted gang holds room: bound pods, plus its reservation while young."""
+        """Where an admitted gang holds room: bound pods, plus its reservation while young.
+
+        The reservation covers only the pods not bound yet, at most the admitted size in all:
+        the scheduler may bind pods elsewhere than the plan placed them, and a pod counted
+        both where it is bound and where it was planned would make room that is not there
+        look held (and preempting its gang would seem to free it)."""
         bound = dict(self.gang_bound.get(f"{record.namespace}/{record.gang_label}", {}))
         reserved = self.reservations.get(record.key)
         if reserved is None:
@@ -342,9 +347,15 @@ class Cache:
         if record.reached_min or (admission and now - admission[0] > RESERVATION_TTL):
             del self.reservations[record.key]
             return bound
+        unbound = (admission[1] if admission else record.gang.size) - sum(bound.values())
         for node, pods in reserved.items():
+            if unbound <= 0:
+                break
             if node in self.nodes:
-                bound[node] = max(bound.get(node, 0), pods)
+                extra = min(max(0, pods - bound.get(node, 0)), unbound)
+                if extra:
+                    bound[node] = bound.get(node, 0) + extra
+                    unbound -= extra
         return bound
 
     def pending_gangs(self, now: float, refused: Mapping[str, Reason] | None = None) -> list[Gang]:

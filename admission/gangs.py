@@ -32,16 +32,20 @@ from policies.durations import (
     parse_runtime_limit,
 )
 from policies.model import PolicyError, parse_priority
+from policies.preemption import parse_preemption
 from policies.selectors import LabelSelector, parse_label_selector
 from policies.submitted import StampError, parse_stamp
 from policies.vocabulary import (
     ADMITTED,
     CLOG_TIMEOUT,
     ELASTIC_AFTER,
+    EVICTED_REASON,
     EVICTIONS,
     GANG,
     GANG_KIND,
     MIN_MEMBERS,
+    PREEMPTED_BY,
+    PREEMPTIONS,
     PRIORITY,
     QUEUE,
     REQUEUE_AT,
@@ -150,6 +154,10 @@ class JobRecord:
     kind: str
     gang_label: str
     parse_error: str | None = None
+    evicted_reason: str = ""
+    """muster.dev/evicted-reason: why it was last suspended by muster (Preempted, Clogged, ...)."""
+    preempted_by: str = ""
+    """muster.dev/preempted-by: the message of its last preemption, naming the preemptor."""
     source: tuple[object, ...] = ()
     """What the record was read from besides the status (uid, generation, the labels and
     annotations muster reads): an event that changes only the status reuses everything else
@@ -211,6 +219,9 @@ _READ_ANNOTATIONS: Final = (
     EVICTIONS,
     STATE,
     GANG_KIND,
+    EVICTED_REASON,
+    PREEMPTIONS,
+    PREEMPTED_BY,
 )
 """Every label and annotation `job_record` reads (keep in step with it)."""
 
@@ -321,6 +332,19 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         evictions = int(annotations.get(EVICTIONS, "0"))
     except ValueError:
         evictions = 0
+    preemptions = 0
+    preemptions_text = annotations.get(PREEMPTIONS)
+    if preemptions_text is not None:
+        try:
+            preemptions = int(preemptions_text)
+        except ValueError:
+            preemptions = -1
+        if preemptions < 0:
+            preemptions = 0
+            error = (
+                f"annotation {PREEMPTIONS}: {preemptions_text!r} is not a whole number >= 0; "
+                "muster writes it at each preemption: set it back to the count (or remove it)"
+            )
     try:
         requests = _requests(pod_spec)
     except ValueError as exc:
@@ -341,6 +365,7 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         tolerations=_tolerations(pod_spec),
         kind=kind,
         runtime_limit=runtime_limit,
+        preemptions=preemptions,
     )
     return JobRecord(
         namespace=namespace,
@@ -363,6 +388,8 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         gang_label=pod_labels.get(GANG) or name,
         parse_error=error,
         source=source,
+        evicted_reason=annotations.get(EVICTED_REASON, ""),
+        preempted_by=annotations.get(PREEMPTED_BY, ""),
     )
 
 
@@ -461,6 +488,7 @@ def queue_from(body: Mapping[str, Any]) -> Queue:
             limit=int(backoff.get("limit", default.limit)),
         ),
         node_fit=bool(spec.get("nodeFit", True)),
+        preemption=parse_preemption(spec.get("preemption"), f"{where}.preemption"),
     )
 
 

@@ -12,12 +12,13 @@ import logging
 import random
 import time
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from admission.cache import Cache
 from admission.deadlock import PartialGang, gangs_to_evict, wait_for_graph
 from admission.gangs import JobRecord
+from admission.kubeapi import ApiError
 from admission.metrics import ControllerMetrics
 from admission.status import queue_positions, queue_status
 from admission.writes import JobRef, Writer
@@ -122,17 +123,98 @@ class Controller:
         )
         self.metrics.cycle.observe(time.perf_counter() - started)
         self.last_decisions = decisions
-        # 4. Admit: optimistic cache update now, one PATCH each, rolled back if refused.
-        for admission in decisions.admitted:
+        # 4. Preempt: suspend the plan's victims and requeue them at their submission stamps,
+        #    and wait for those writes: the preemptors among the admissions were placed on the
+        #    victims' capacity. If a victim is still admitted afterwards (its write refused,
+        #    or it changed under the plan), nothing of this plan is admitted: the next cycle
+        #    plans again from what the cluster holds. Which admissions are preemptors the
+        #    decisions do not say, and a cycle's delay costs less than an overcommitted quota.
+        admissions = decisions.admitted
+        if decisions.preempted and not await self._preempt(decisions.preempted):
+            # No wake-up here: a victim refused for good would make a busy loop; the next
+            # change or the period plans again.
+            log.warning("a preemption victim was not suspended; admitting nothing this cycle")
+            admissions = []
+        # 5. Admit: optimistic cache update now, one PATCH each, rolled back if refused.
+        for admission in admissions:
             self._admit(admission, now)
-        # 5. Requeue the rest: remember why each waits (status service, explain, logs).
+        # 6. Requeue the rest: remember why each waits (status service, explain, logs).
         self._record_reasons(decisions, now, refused)
-        # 6. Detectors: unsanctioned unsuspends, clogs, deadlocks.
+        # 7. Detectors: unsanctioned unsuspends, clogs, deadlocks.
         self._resuspend_unadmitted()
         self._detect_clogs(now)
         self._detect_deadlocks(now)
-        # 7. Queue status and gauges, at a bounded rate.
+        # 8. Queue status and gauges, at a bounded rate.
         self._publish(now)
+
+    # -- preempt -------------------------------------------------------------------------
+
+    async def _preempt(self, victims: Mapping[str, Reason]) -> bool:
+        """Suspend each victim (its pods go), all at once; True if every victim's capacity is
+        free now (suspended here, finished, or gone)."""
+        chosen: list[tuple[JobRecord, Reason]] = []
+        for key, reason in victims.items():
+            record = self.cache.jobs.get(key)
+            if record is None or record.finished:
+                continue  # its capacity is free already
+            if record.admission is None or key in self.evicting:
+                # Not what the plan saw (a watch event came in while it ran): touch nothing,
+                # plan again.
+                return False
+            chosen.append((record, reason))
+        outcomes = await asyncio.gather(*(self._send_preempt(r, why) for r, why in chosen))
+        return all(outcomes)
+
+    async def _send_preempt(self, record: JobRecord, reason: Reason) -> bool:
+        """Suspend one victim and record the preemption on it; True if its capacity is free."""
+        ref = _job(record)
+        preemptions = record.gang.preemptions + 1
+        size = record.admission[1] if record.admission is not None else record.gang.size
+        parallelism = record.gang.size if size < record.gang.size else None
+        self.evicting.add(record.key)
+        try:
+            outcome = await self.writer.call(
+                lambda: self.writer.preempt(
+                    ref, preemptions=preemptions, message=reason.message, parallelism=parallelism
+                )
+            )
+        finally:
+            self.evicting.discard(record.key)
+        if outcome == "gone":
+            return True
+        if outcome != "ok":
+            log.warning("preempt %s: not suspended (%s)", record.key, outcome)
+            if outcome == "conflict":
+                # The Job is not what the plan saw: let the cache hold the truth. If this read
+                # fails too, the watch brings it.
+                try:
+                    body = await self.writer.call(
+                        self.writer.get_job, record.namespace, record.name
+                    )
+                except (ApiError, OSError) as exc:
+                    log.info("preempt %s: re-reading the Job failed: %s", record.key, exc)
+                    body = None
+                if body is not None:
+                    self.cache.apply_job("MODIFIED", body)
+            return False
+        current = self.cache.jobs.get(record.key)
+        if current is not None and current.uid == record.uid and current.suspended is False:
+            # The watch has not brought our write yet: show it now (the plan's capacity is
+            # free for the next cycle, and the status service says why the gang waits).
+            current.admitted_at, current.local_admit = None, None
+            current.suspended = True
+            current.gang = replace(current.gang, preemptions=preemptions)
+            current.evicted_reason, current.preempted_by = "Preempted", reason.message
+            current.requeue_at = 0.0
+            current.reached_min = False
+            current.below_min_since = None
+        self.cache.reservations.pop(record.key, None)
+        self.cache.touch(record.key)
+        self.cache.changed.set()
+        self.metrics.preemptions.labels(record.queue).inc()
+        log.info("%s %s", record.key, reason.message)
+        self.writer.event(ref, "Preempted", reason.message, "Normal")
+        return True
 
     # -- admit ---------------------------------------------------------------------------
 

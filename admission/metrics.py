@@ -39,6 +39,12 @@ class ControllerMetrics:
         self.evictions = Counter(
             "muster_evictions_total", "Gangs evicted, by reason.", ["reason"], registry=r
         )
+        self.preemptions = Counter(
+            "muster_preemptions_total",
+            "Admitted gangs preempted (suspended and requeued without backoff), by their queue.",
+            ["queue"],
+            registry=r,
+        )
         self.failed = Counter(
             "muster_failed_gangs_total", "Gangs marked Failed (backoff limit).", registry=r
         )

@@ -1,6 +1,8 @@
 """The status service: where each gang stands, as HTTP JSON served from the cache.
 
-`GET /v1/gangs/{namespace}/{name}` → state, queue, position, admitted-at, evictions, reason.
+`GET /v1/gangs/{namespace}/{name}` → state, queue, position, admitted-at, evictions,
+preemptions, reason (a gang waiting again after a preemption: code Preempted, naming the
+preemptor, with the planner's current reason in `waitingFor`).
 With `?wait=SECONDS&since=VERSION` the request is held until the gang's version differs from
 VERSION (or SECONDS pass): a pod with only the standard library can wait for its gang cheaply.
 `GET /v1/queues` → per-queue pending, admitted, usage, share, and the spec's parent and quota.
@@ -53,6 +55,7 @@ def gang_status(cache: Cache, key: str, now: float) -> dict[str, Any] | None:
         "size": record.gang.size,
         "min": record.gang.min,
         "evictions": record.evictions,
+        "preemptions": record.gang.preemptions,
         "version": cache.gang_versions.get(key, 0),
         "ready": record.ready,
         "podsBound": sum(
@@ -75,6 +78,14 @@ def gang_status(cache: Cache, key: str, now: float) -> dict[str, Any] | None:
                 "message": f"evicted {record.evictions} times; requeued at "
                 f"{format_time(record.requeue_at)}",
             }
+        elif record.evicted_reason == "Preempted" and record.preempted_by:
+            # Waiting again after a preemption: that is why it is not running; what it waits
+            # for now is the planner's reason.
+            message = record.preempted_by
+            if reason is not None:
+                body["waitingFor"] = {"code": reason.code, "message": reason.message}
+                message = f"{message}; waits now: {reason.message}"
+            body["reason"] = {"code": "Preempted", "message": message}
         elif reason is not None:
             body["reason"] = {"code": reason.code, "message": reason.message}
         if key in cache.rejected:

@@ -21,7 +21,15 @@ from typing import Any, Final, Literal, TypeVar
 
 from admission.gangs import format_admitted, format_time
 from admission.kubeapi import ApiError, KubeClient
-from policies.vocabulary import ADMITTED, EVICTED_REASON, EVICTIONS, REQUEUE_AT, STATE
+from policies.vocabulary import (
+    ADMITTED,
+    EVICTED_REASON,
+    EVICTIONS,
+    PREEMPTED_BY,
+    PREEMPTIONS,
+    REQUEUE_AT,
+    STATE,
+)
 
 log = logging.getLogger("muster.writes")
 T = TypeVar("T")
@@ -169,6 +177,53 @@ class Writer:
             spec["parallelism"] = parallelism
         body = {"metadata": {"uid": job.uid, "annotations": annotations}, "spec": spec}
         return self._merge(job, body, "evict")
+
+    def preempt(
+        self, job: JobRef, *, preemptions: int, message: str, parallelism: int | None
+    ) -> Outcome:
+        """Suspend a preemption's victim (the Job controller deletes its pods) and record it.
+
+        Only while it is still admitted and not suspended (JSON Patch `test`s, like `admit`): a
+        Job that changed under a stale plan is not touched ("conflict"). No requeue time and
+        no eviction counted: the victim is planned again at once at its submission stamp.
+        """
+        annotations = "/metadata/annotations/{}"
+        ops: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/uid", "value": job.uid},
+            {"op": "test", "path": "/spec/suspend", "value": False},
+            {"op": "remove", "path": annotations.format(_escape(ADMITTED))},
+            {"op": "replace", "path": "/spec/suspend", "value": True},
+            {
+                "op": "add",
+                "path": annotations.format(_escape(PREEMPTIONS)),
+                "value": str(preemptions),
+            },
+            {"op": "add", "path": annotations.format(_escape(PREEMPTED_BY)), "value": message},
+            {
+                "op": "add",
+                "path": annotations.format(_escape(EVICTED_REASON)),
+                "value": "Preempted",
+            },
+        ]
+        if parallelism is not None:
+            ops.append({"op": "replace", "path": "/spec/parallelism", "value": parallelism})
+        path = job_path(job.namespace, job.name)
+        try:
+            self._retrying(
+                f"preempt {job.namespace}/{job.name}",
+                lambda: self.client.request("PATCH", path, ops, content_type=JSON_PATCH),
+            )
+        except ApiError as exc:
+            if exc.status == 404:
+                return "gone"
+            if exc.status == 422:
+                return "conflict"  # a `test` failed, or it has no admitted annotation
+            log.warning("preempt %s/%s refused: %s", job.namespace, job.name, exc)
+            return "refused"
+        except OSError as exc:
+            log.warning("preempt %s/%s failed: %s", job.namespace, job.name, exc)
+            return "refused"
+        return "ok"
 
     def suspend(self, job: JobRef) -> Outcome:
         return self._merge(

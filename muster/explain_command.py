@@ -143,11 +143,22 @@ def changes_for(
             "back by it"
         ]
     if code == "Preempted":
+        # Waiting again after a preemption: the status service gives the planner's current
+        # reason in waitingFor; what lets the gang in now is that reason's list.
+        waiting = body.get("waitingFor")
+        now = (
+            changes_for({**body, "reason": waiting}, queue, parent, holders)
+            if waiting and waiting.get("code") != "Preempted"
+            else ["it fits again: it is planned at every cycle"]
+        )
+        count = body.get("preemptions")
+        times = f" (preempted {count} times so far)" if count else ""
         return [
-            "nothing: it went back to pending at its original submission time, with no backoff "
-            "and no count toward its backoff limit, and is admitted again when it fits; after "
-            f"spec.preemption.protectAfter preemptions its queue {q} protects it for "
-            "spec.preemption.protectFor",
+            "it went back to pending at its original submission time, with no backoff and no "
+            f"count toward its backoff limit{times}; it is admitted again when:",
+            *(f"  {line}" for line in now),
+            f"after spec.preemption.protectAfter preemptions its queue {q} protects it for "
+            "spec.preemption.protectFor after each admission",
             "to keep it from being preempted, give it a higher muster.dev/priority than the "
             "preemptor, or set preemption rules on the preemptor's queue to Never",
         ]

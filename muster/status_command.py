@@ -70,6 +70,7 @@ def status_lines(body: Mapping[str, Any], source: str) -> list[tuple[str, str]]:
         ("admitted", f"{admitted} at {body.get('admittedSize')} pods" if admitted else "-")
     )
     lines.append(("evictions", str(body.get("evictions", 0))))
+    lines.append(("preemptions", str(body.get("preemptions", 0))))
     reason = body.get("reason")
     if reason:
         lines.append(("reason", f"{reason.get('code')}: {reason.get('message')}"))

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from policies import Resources, Toleration
+from policies import Preemption, Resources, Toleration
 from policies.vocabulary import ELASTIC_AFTER, GANG, GANG_RUNTIME, MIN_MEMBERS, PRIORITY, QUEUE
 from simulator.controlplane.cluster import FAKE_NODE_TAINT, kwok_node
 from simulator.trace import QueueSpec, SubmittedGang, Trace
@@ -158,11 +158,25 @@ def queue_body(
         "limit": spec.backoff.limit,
     }
     body["nodeFit"] = spec.node_fit
+    if spec.preemption != Preemption():
+        body["preemption"] = preemption_body(spec.preemption, scale)
     return {
         "apiVersion": "muster.dev/v1alpha1",
         "kind": "Queue",
         "metadata": {"name": spec.name, "labels": {SIM_RUN: run}},
         "spec": body,
+    }
+
+
+def preemption_body(preemption: Preemption, scale: float) -> dict[str, Any]:
+    """A Queue's `spec.preemption` (camelCase, as `policies.parse_preemption` reads it), with
+    `protectFor` compressed by scale like the other durations."""
+    return {
+        "reclaimWithinCohort": preemption.reclaim_within_cohort,
+        "withinQueue": preemption.within_queue,
+        "fairShare": preemption.fair_share,
+        "protectAfter": preemption.protect_after,
+        "protectFor": wall_duration(preemption.protect_for, scale),
     }
 
 

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from admission.gangs import queue_from
 from admission.kubeapi import ApiError, KubeClient
+from policies import Preemption
 from tests.controller_helpers import QUEUES, create_queue, delete_queue
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crds")]
@@ -31,6 +33,11 @@ pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crds")]
         ({"clogTimeout": "soon"}, "spec.clogTimeout"),
         ({"backoff": {"limit": -1}}, "spec.backoff.limit"),
         ({"strategy": "Lottery"}, "spec.strategy"),
+        ({"preemption": {"reclaimWithinCohort": "Always"}}, "spec.preemption.reclaimWithinCohort"),
+        ({"preemption": {"withinQueue": "Any"}}, "spec.preemption.withinQueue"),
+        ({"preemption": {"fairShare": "Yes"}}, "spec.preemption.fairShare"),
+        ({"preemption": {"protectAfter": 0}}, "spec.preemption.protectAfter"),
+        ({"preemption": {"protectFor": "a while"}}, "spec.preemption.protectFor"),
     ],
 )
 def test_a_bad_queue_is_refused_with_the_rules_message(
@@ -56,5 +63,22 @@ def test_a_good_queue_gets_the_schemas_defaults(kube: KubeClient) -> None:
         assert spec["strategy"] == "BestEffortFIFO"
         assert spec["clogTimeout"] == "5m"
         assert spec["nodeFit"] is True
+    finally:
+        delete_queue(kube, name)
+
+
+def test_a_queues_preemption_gets_the_schemas_defaults_and_reads_back(kube: KubeClient) -> None:
+    name = "crd-preemption-defaults"
+    create_queue(kube, name, {"preemption": {"fairShare": "Reclaim"}})
+    try:
+        body = kube.get(f"{QUEUES}/{name}")
+        assert body["spec"]["preemption"] == {
+            "reclaimWithinCohort": "Never",
+            "withinQueue": "Never",
+            "fairShare": "Reclaim",
+            "protectAfter": 3,
+            "protectFor": "10m",
+        }
+        assert queue_from(body).preemption == Preemption(fair_share="Reclaim")
     finally:
         delete_queue(kube, name)

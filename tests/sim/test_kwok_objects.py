@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from admission.gangs import format_admitted, job_record, node_from, queue_from
-from policies import Resources, SizeRatio
+from policies import Preemption, Resources, SizeRatio
 from policies.vocabulary import ADMITTED, EVICTED_REASON, EVICTIONS, GANG, STATE, SUBMITTED
 from simulator.controlplane.minicluster import job_for
 from simulator.engine import FAILED, FINISHED, HOLDING, PENDING, RUNNING, STUCK, water_fill
@@ -309,3 +309,23 @@ def test_rejected_gangs_fail_as_in_process() -> None:
 
 def test_water_fill_caps_by_demand_and_splits_by_weight() -> None:
     assert water_fill([0.1, 1.0, 1.0], [1, 1, 2], 0.7) == pytest.approx([0.1, 0.2, 0.4])
+
+
+def test_a_queues_preemption_reaches_its_queue_object() -> None:
+    data = {
+        **TRACE,
+        "queues": [
+            {"name": "q", "preemption": {"reclaimWithinCohort": "Any", "protectAfter": 2}},
+            {"name": "r", "preemption": {"withinQueue": "LowerPriority", "protectFor": "100s"}},
+            {"name": "s"},
+        ],
+    }
+    specs = from_dict(data).queue_specs()
+    q = queue_body(specs["q"], 25, "r1")
+    assert q["spec"]["preemption"]["reclaimWithinCohort"] == "Any"
+    assert queue_from(q).preemption == Preemption(
+        reclaim_within_cohort="Any", protect_after=2, protect_for=24.0
+    )
+    r = queue_from(queue_body(specs["r"], 25, "r1")).preemption
+    assert r == Preemption(within_queue="LowerPriority", protect_for=4.0)
+    assert "preemption" not in queue_body(specs["s"], 25, "r1")["spec"]  # no preemption: none

@@ -9,7 +9,18 @@ import pytest
 from admission.cache import Cache
 from admission.deadlock import PartialGang, gangs_to_evict, wait_for_graph
 from admission.gangs import format_admitted, job_record, parse_admitted, queue_from
-from policies import Gang, Node, Resources, SubmitStamp, Taint, Toleration, plan
+from policies import (
+    Gang,
+    Node,
+    PolicyError,
+    Preemption,
+    Resources,
+    SubmitStamp,
+    Taint,
+    Toleration,
+    plan,
+)
+from policies.vocabulary import EVICTED_REASON, PREEMPTED_BY, PREEMPTIONS
 
 KWOK = Taint("kwok.x-k8s.io/node", "fake", "NoSchedule")
 TOLERATE = (Toleration("kwok.x-k8s.io/node", "Exists", "", "NoSchedule"),)
@@ -252,3 +263,77 @@ def test_status_only_events_reuse_the_parsed_gang() -> None:
     body["spec"]["completions"] = 8
     fourth = job_record(body, third)
     assert fourth.gang.size == 8
+
+
+def test_queue_from_reads_preemption_through_the_one_parser() -> None:
+    body = {
+        "metadata": {"name": "q"},
+        "spec": {"preemption": {"reclaimWithinCohort": "Any", "protectFor": "2m"}},
+    }
+    preemption = queue_from(body).preemption
+    assert preemption == Preemption(reclaim_within_cohort="Any", protect_for=120.0)
+    assert queue_from({"metadata": {"name": "q"}, "spec": {}}).preemption == Preemption()
+    bad = {"metadata": {"name": "q"}, "spec": {"preemption": {"withinQueue": "Any"}}}
+    with pytest.raises(PolicyError, match=r'queue "q": spec\.preemption\.withinQueue: must be'):
+        queue_from(bad)
+
+
+def test_a_queue_with_a_bad_preemption_is_kept_out_with_why() -> None:
+    cache = Cache()
+    cache.apply_queue(
+        "ADDED", {"metadata": {"name": "q"}, "spec": {"preemption": {"protectAfter": 0}}}
+    )
+    view = cache.queues["q"]
+    assert view.queue is None
+    assert view.error is not None and "spec.preemption.protectAfter" in view.error
+
+
+def test_job_record_reads_preemptions_and_why_it_was_preempted() -> None:
+    annotations = {
+        PREEMPTIONS: "2",
+        EVICTED_REASON: "Preempted",
+        PREEMPTED_BY: "preempted by ns/b (reclaimWithinCohort: Any, queue q borrows)",
+    }
+    record = job_record(job("a", annotations=annotations))
+    assert record.gang.preemptions == 2 and record.evictions == 0
+    assert record.evicted_reason == "Preempted"
+    assert record.preempted_by.startswith("preempted by ns/b")
+    assert record.parse_error is None
+    assert job_record(job("a")).gang.preemptions == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "two"])
+def test_a_bad_preemptions_count_keeps_the_gang_waiting_with_why(value: str) -> None:
+    record = job_record(job("a", annotations={PREEMPTIONS: value}))
+    assert record.parse_error is not None
+    assert record.parse_error.startswith(f"annotation {PREEMPTIONS}: {value!r}")
+    assert record.gang.preemptions == 0
+
+
+def test_a_young_gangs_reservation_covers_only_its_pods_not_bound_yet() -> None:
+    """The plan put all 4 pods on n1; the scheduler bound 3 of them on n2 and n3. The gang
+    holds 4 pods' room, never 4 on n1 plus the 3 bound elsewhere."""
+    cache = Cache()
+    for name in ("n1", "n2", "n3"):
+        body = {"metadata": {"name": name}, "status": {"allocatable": {"cpu": "8", "pods": "9"}}}
+        cache.apply_node("ADDED", body)
+    admitted = job("a", annotations={"muster.dev/admitted": format_admitted(1.0, 4)})
+    admitted["spec"]["suspend"] = False
+    cache.apply_job("ADDED", admitted)
+    cache.reservations["ns/a"] = {"n1": 4}
+    for i, node in enumerate(("n2", "n2", "n3")):
+        pod = {
+            "metadata": {
+                "name": f"a-{i}",
+                "namespace": "ns",
+                "uid": f"p{i}",
+                "labels": {"muster.dev/gang": "a"},
+            },
+            "spec": {"nodeName": node, "containers": [{"resources": {"requests": {"cpu": "2"}}}]},
+            "status": {"phase": "Running"},
+        }
+        cache.apply_pod("ADDED", pod)
+    record = cache.jobs["ns/a"]
+    assert cache.placement(record, now=2.0) == {"n1": 1, "n2": 2, "n3": 1}
+    (held,) = cache.snapshot(now=2.0).admitted
+    assert sum(held.placement.values()) == 4

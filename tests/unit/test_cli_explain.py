@@ -12,6 +12,7 @@ from muster import cli
 from muster.explain_command import changes_for, explain, render
 from muster.view import plan_listing
 from policies import REASON_CODES, reasons
+from policies.vocabulary import EVICTED_REASON, PREEMPTED_BY, PREEMPTIONS
 from tests.unit.test_cli_view import NOW, listing, served
 
 
@@ -98,3 +99,32 @@ def test_explain_command_over_the_status_service(capsys: pytest.CaptureFixture[s
     assert reason.message in text.splitlines()[0]
     assert body["reason"]["message"] == reason.message
     assert body["source"]["from"] == "statusService"
+
+
+def test_a_gang_waiting_again_after_a_preemption_says_so_and_what_it_waits_for() -> None:
+    data = listing()
+    jobs = next(objects for kind, objects, _ in data if kind == "job")
+    second = next(j for j in jobs if j["metadata"]["name"] == "second")
+    preempted = reasons.preempted("ns/urgent", "reclaimWithinCohort: Any, queue a borrows")
+    second["metadata"]["annotations"].update(
+        {PREEMPTIONS: "2", EVICTED_REASON: "Preempted", PREEMPTED_BY: preempted.message}
+    )
+    cache = plan_listing(data, now=NOW).cache
+    body = gang_status(cache, "ns/second", NOW)
+    assert body is not None and body["state"] == "Pending" and body["preemptions"] == 2
+    waiting = reasons.quota_exhausted("a", "cpu", 2000, 0)
+    assert body["reason"] == {
+        "code": "Preempted",
+        "message": f"{preempted.message}; waits now: {waiting.message}",
+    }
+    assert body["waitingFor"] == {"code": "QuotaExhausted", "message": waiting.message}
+    out = explain(body, queue_listing(cache, queue_status(cache)), None)
+    assert out["reason"]["code"] == "Preempted"
+    assert "preempted by ns/urgent" in out["summary"]
+    changes = "\n".join(out["changes"])
+    assert "preempted 2 times so far" in changes
+    assert "gangs admitted from queue a finish and release quota" in changes  # QuotaExhausted's
+    assert "spec.preemption.protectAfter" in changes
+    # The same gang never preempted waits for the planner's reason alone.
+    plain = _explain("second")
+    assert plain["reason"]["code"] == "QuotaExhausted" and "waitingFor" not in plain
