@@ -14,6 +14,7 @@ Where each figure comes from (wall clock → trace time):
 - started: when the gang runner saw `minSize` members Running and started the runtime;
 - finished: the completion time the gang runner wrote (kwok completes the pods then), once the
   Job is Complete;
+- preemptions: a rise of `muster.dev/preemptions` (the run starts over, like an eviction's);
 - evictions, clogs: a change of `muster.dev/evictions` (reason `muster.dev/evicted-reason`),
   at the look that saw it; none: a gang holding nodes with fewer than `minSize` pods running
   one clog timeout after its first pod was bound (nobody evicts it);
@@ -31,7 +32,15 @@ from typing import Any
 
 from admission.gangs import parse_admitted, parse_time
 from policies import Gang
-from policies.vocabulary import ADMITTED, EVICTED_REASON, EVICTIONS, GANG, REQUEUE_AT, STATE
+from policies.vocabulary import (
+    ADMITTED,
+    EVICTED_REASON,
+    EVICTIONS,
+    GANG,
+    PREEMPTIONS,
+    REQUEUE_AT,
+    STATE,
+)
 from simulator.engine import (
     BACKOFF,
     FAILED,
@@ -68,6 +77,7 @@ class _Seen:
     admission: str | None = None  # the muster.dev/admitted value in force
     requeue_at: float = 0.0  # wall
     evictions: int = 0
+    preemptions: int = 0
     # Latency of the current admission (wall): when admitted, when all its pods existed, when
     # all were bound. With run_started they show where the control plane spends its time.
     admitted_wall: float | None = None
@@ -306,6 +316,14 @@ class Timeline:
                 )
             seen.evictions = record.evictions = evictions
             seen.run_started = seen.run_ends = None  # a new admission starts a new run
+            changed = True
+        preemptions = _int(annotations.get(PREEMPTIONS))
+        if preemptions > seen.preemptions:
+            queue = self.queue_names[record.queue]
+            for _ in range(seen.preemptions, preemptions):
+                self.incidents.append(Incident(now, "preempt", record.gang.id, queue))
+            seen.preemptions = record.preemptions = preemptions
+            seen.run_started = seen.run_ends = None  # preempted: its run starts over
             changed = True
         if REQUEUE_AT in annotations:
             try:

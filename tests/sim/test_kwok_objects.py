@@ -13,7 +13,15 @@ import pytest
 
 from admission.gangs import format_admitted, job_record, node_from, queue_from
 from policies import Preemption, Resources, SizeRatio
-from policies.vocabulary import ADMITTED, EVICTED_REASON, EVICTIONS, GANG, STATE, SUBMITTED
+from policies.vocabulary import (
+    ADMITTED,
+    EVICTED_REASON,
+    EVICTIONS,
+    GANG,
+    PREEMPTIONS,
+    STATE,
+    SUBMITTED,
+)
 from simulator.controlplane.minicluster import job_for
 from simulator.engine import FAILED, FINISHED, HOLDING, PENDING, RUNNING, STUCK, water_fill
 from simulator.kwok_objects import (
@@ -329,3 +337,20 @@ def test_a_queues_preemption_reaches_its_queue_object() -> None:
     r = queue_from(queue_body(specs["r"], 25, "r1")).preemption
     assert r == Preemption(within_queue="LowerPriority", protect_for=4.0)
     assert "preemption" not in queue_body(specs["s"], 25, "r1")["spec"]  # no preemption: none
+
+
+def test_timeline_counts_a_preemption_and_starts_the_run_over() -> None:
+    trace = load("blog-burst")
+    timeline = Timeline(trace, expand(trace)[:1], "muster", 25.0, {"default": "ns"})
+    timeline.start(1000.0)
+    (gang,) = timeline.gangs
+    name = gang.gang.submitted.name
+    timeline.submitted(0, 1000.0)
+    admitted = {ADMITTED: format_admitted(1001.0, gang.gang.size)}
+    timeline.observe(1001.2, [_job("ns", name, admitted)], [_pod("ns", name, "n1", "Running")])
+    timeline.run_started(("ns", name), 1002.0, 1002.0 + gang.runtime / 25)
+    # The controller preempted it: suspended, its admission stamp gone, the count up.
+    timeline.observe(1003.0, [_job("ns", name, {PREEMPTIONS: "1"})], [])
+    assert gang.preemptions == 1 and gang.evictions == 0
+    assert [i.kind for i in timeline.incidents] == ["preempt"]
+    assert timeline.seen[0].run_started is None
