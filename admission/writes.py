@@ -135,23 +135,7 @@ class Writer:
         ]
         if parallelism is not None:
             ops.append({"op": "replace", "path": "/spec/parallelism", "value": parallelism})
-        path = job_path(job.namespace, job.name)
-        try:
-            self._retrying(
-                f"admit {job.namespace}/{job.name}",
-                lambda: self.client.request("PATCH", path, ops, content_type=JSON_PATCH),
-            )
-        except ApiError as exc:
-            if exc.status == 404:
-                return "gone"
-            if exc.status == 422:
-                return "conflict"  # a `test` failed: the Job is not what we planned on
-            log.warning("admit %s/%s refused: %s", job.namespace, job.name, exc)
-            return "refused"
-        except OSError as exc:
-            log.warning("admit %s/%s failed: %s", job.namespace, job.name, exc)
-            return "refused"
-        return "ok"
+        return self._patch(job, ops, "admit")
 
     def evict(
         self,
@@ -207,21 +191,26 @@ class Writer:
         ]
         if parallelism is not None:
             ops.append({"op": "replace", "path": "/spec/parallelism", "value": parallelism})
+        return self._patch(job, ops, "preempt")
+
+    def _patch(self, job: JobRef, ops: list[dict[str, Any]], what: str) -> Outcome:
+        """Send a JSON Patch whose `test`s guard it, retried; a failed `test` (422) means the
+        Job is not what the plan saw ("conflict"), 404 that it is gone."""
         path = job_path(job.namespace, job.name)
         try:
             self._retrying(
-                f"preempt {job.namespace}/{job.name}",
+                f"{what} {job.namespace}/{job.name}",
                 lambda: self.client.request("PATCH", path, ops, content_type=JSON_PATCH),
             )
         except ApiError as exc:
             if exc.status == 404:
                 return "gone"
             if exc.status == 422:
-                return "conflict"  # a `test` failed, or it has no admitted annotation
-            log.warning("preempt %s/%s refused: %s", job.namespace, job.name, exc)
+                return "conflict"
+            log.warning("%s %s/%s refused: %s", what, job.namespace, job.name, exc)
             return "refused"
         except OSError as exc:
-            log.warning("preempt %s/%s failed: %s", job.namespace, job.name, exc)
+            log.warning("%s %s/%s failed: %s", what, job.namespace, job.name, exc)
             return "refused"
         return "ok"
 
