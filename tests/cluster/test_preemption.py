@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
@@ -119,6 +120,19 @@ def assert_each_admission_accounted(
         assert 1 <= len(stamps[name]) <= allowed, (name, sorted(stamps[name]), annotations)
 
 
+def controller_state(muster: MusterProcess, namespace: str, name: str) -> str | None:
+    """The gang's state as the controller sees it (its status service), None until it has
+    seen the Job."""
+    try:
+        body = http_json(f"{muster.status_url}/v1/gangs/{namespace}/{name}")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    state = body.get("state")
+    return state if isinstance(state, str) else None
+
+
 def test_a_reclaiming_queue_preempts_the_youngest_borrowed_gangs(
     kube: KubeClient, namespace: str, muster: MusterProcess
 ) -> None:
@@ -134,9 +148,14 @@ def test_a_reclaiming_queue_preempts_the_youngest_borrowed_gangs(
                 body = gang_job(f"a-{i}", a, pods=4, cpu="2", runtime="25s", node_selector=select)
                 create_through_webhook(kube, path, body)
             wait_for(
-                lambda: all(running_pods(kube, namespace, f"a-{i}") == 4 for i in range(4)),
+                lambda: (
+                    all(running_pods(kube, namespace, f"a-{i}") == 4 for i in range(4))
+                    and all(
+                        controller_state(muster, namespace, f"a-{i}") == "Running" for i in range(4)
+                    )
+                ),
                 timeout=90,
-                what="a's four gangs running on the node group",
+                what="a's four gangs running on the node group, as the controller sees them",
             )
             before = preemptions_metric(muster.metrics_url, a)
             preemptor = gang_job("b-0", b, pods=8, cpu="2", runtime="5s", node_selector=select)
@@ -339,9 +358,14 @@ def test_a_refused_victim_write_admits_no_preemptor(
                     body["metadata"]["labels"]["refuse-preemption"] = "yes"
                 create_through_webhook(kube, path, body)
             wait_for(
-                lambda: all(running_pods(kube, namespace, f"a-{i}") == 4 for i in range(4)),
+                lambda: (
+                    all(running_pods(kube, namespace, f"a-{i}") == 4 for i in range(4))
+                    and all(
+                        controller_state(muster, namespace, f"a-{i}") == "Running" for i in range(4)
+                    )
+                ),
                 timeout=90,
-                what="a's four gangs running on the node group",
+                what="a's four gangs running on the node group, as the controller sees them",
             )
             create_through_webhook(
                 kube, path, gang_job("b-0", b, pods=4, cpu="2", runtime="3s", node_selector=select)

@@ -310,9 +310,11 @@ def test_a_bad_preemptions_count_keeps_the_gang_waiting_with_why(value: str) -> 
     assert record.gang.preemptions == 0
 
 
-def test_a_young_gangs_reservation_covers_only_its_pods_not_bound_yet() -> None:
-    """The plan put all 4 pods on n1; the scheduler bound 3 of them on n2 and n3. The gang
-    holds 4 pods' room, never 4 on n1 plus the 3 bound elsewhere."""
+def test_a_young_gang_holds_its_plan_until_its_minimum_is_ready() -> None:
+    """The plan put all 4 pods on n1; the scheduler bound 3 of them on n2 and n3. Until the
+    gang's minimum is ready it holds its planned nodes as well as where its pods went (slack
+    for the scheduler's divergence); once ready, only its bound pods, which is what a
+    preemption of it frees."""
     cache = Cache()
     for name in ("n1", "n2", "n3"):
         body = {"metadata": {"name": name}, "status": {"allocatable": {"cpu": "8", "pods": "9"}}}
@@ -321,7 +323,7 @@ def test_a_young_gangs_reservation_covers_only_its_pods_not_bound_yet() -> None:
     admitted["spec"]["suspend"] = False
     cache.apply_job("ADDED", admitted)
     cache.reservations["ns/a"] = {"n1": 4}
-    for i, node in enumerate(("n2", "n2", "n3")):
+    for i, node in enumerate(("n2", "n2", "n3", "n3")):
         pod = {
             "metadata": {
                 "name": f"a-{i}",
@@ -334,6 +336,10 @@ def test_a_young_gangs_reservation_covers_only_its_pods_not_bound_yet() -> None:
         }
         cache.apply_pod("ADDED", pod)
     record = cache.jobs["ns/a"]
-    assert cache.placement(record, now=2.0) == {"n1": 1, "n2": 2, "n3": 1}
+    assert cache.placement(record, now=2.0) == {"n1": 4, "n2": 2, "n3": 2}
+    ready = dict(admitted, status={"ready": 4})
+    cache.apply_job("MODIFIED", ready)
+    record = cache.jobs["ns/a"]
+    assert cache.placement(record, now=2.0) == {"n2": 2, "n3": 2}
     (held,) = cache.snapshot(now=2.0).admitted
     assert sum(held.placement.values()) == 4
