@@ -197,22 +197,12 @@ class Writer:
         """Send a JSON Patch whose `test`s guard it, retried; a failed `test` (422) means the
         Job is not what the plan saw ("conflict"), 404 that it is gone."""
         path = job_path(job.namespace, job.name)
-        try:
-            self._retrying(
-                f"{what} {job.namespace}/{job.name}",
-                lambda: self.client.request("PATCH", path, ops, content_type=JSON_PATCH),
-            )
-        except ApiError as exc:
-            if exc.status == 404:
-                return "gone"
-            if exc.status == 422:
-                return "conflict"
-            log.warning("%s %s/%s refused: %s", what, job.namespace, job.name, exc)
-            return "refused"
-        except OSError as exc:
-            log.warning("%s %s/%s failed: %s", what, job.namespace, job.name, exc)
-            return "refused"
-        return "ok"
+        return self._send(
+            job,
+            what,
+            lambda: self.client.request("PATCH", path, ops, content_type=JSON_PATCH),
+            guarded=True,
+        )
 
     def suspend(self, job: JobRef) -> Outcome:
         return self._merge(
@@ -225,13 +215,20 @@ class Writer:
 
     def _merge(self, job: JobRef, body: Mapping[str, Any], what: str) -> Outcome:
         path = job_path(job.namespace, job.name)
+        return self._send(job, what, lambda: self.client.patch(path, body), guarded=False)
+
+    def _send(
+        self, job: JobRef, what: str, send: Callable[[], dict[str, Any]], *, guarded: bool
+    ) -> Outcome:
+        """One write to a Job, retried; its outcome. ``guarded``: a JSON Patch whose failed
+        `test` (422) means the Job is not what the plan saw ("conflict")."""
         try:
-            self._retrying(
-                f"{what} {job.namespace}/{job.name}", lambda: self.client.patch(path, body)
-            )
+            self._retrying(f"{what} {job.namespace}/{job.name}", send)
         except ApiError as exc:
             if exc.status == 404:
                 return "gone"
+            if guarded and exc.status == 422:
+                return "conflict"
             log.warning("%s %s/%s refused: %s", what, job.namespace, job.name, exc)
             return "refused"
         except OSError as exc:
