@@ -133,6 +133,21 @@ def controller_state(muster: MusterProcess, namespace: str, name: str) -> str | 
     return state if isinstance(state, str) else None
 
 
+def wait_all_running(
+    kube: KubeClient, muster: MusterProcess, namespace: str, names: Sequence[str], pods: int = 4
+) -> None:
+    """All ``pods`` pods of each gang Running, and the controller seeing them Running (so it
+    counts just their bound pods as held)."""
+    wait_for(
+        lambda: (
+            all(running_pods(kube, namespace, name) == pods for name in names)
+            and all(controller_state(muster, namespace, name) == "Running" for name in names)
+        ),
+        timeout=90,
+        what=f"{', '.join(names)} running on the node group, as the controller sees them",
+    )
+
+
 def test_a_reclaiming_queue_preempts_the_youngest_borrowed_gangs(
     kube: KubeClient, namespace: str, muster: MusterProcess
 ) -> None:
@@ -147,16 +162,7 @@ def test_a_reclaiming_queue_preempts_the_youngest_borrowed_gangs(
             for i in range(4):
                 body = gang_job(f"a-{i}", a, pods=4, cpu="2", runtime="25s", node_selector=select)
                 create_through_webhook(kube, path, body)
-            wait_for(
-                lambda: (
-                    all(running_pods(kube, namespace, f"a-{i}") == 4 for i in range(4))
-                    and all(
-                        controller_state(muster, namespace, f"a-{i}") == "Running" for i in range(4)
-                    )
-                ),
-                timeout=90,
-                what="a's four gangs running on the node group, as the controller sees them",
-            )
+            wait_all_running(kube, muster, namespace, [f"a-{i}" for i in range(4)])
             before = preemptions_metric(muster.metrics_url, a)
             preemptor = gang_job("b-0", b, pods=8, cpu="2", runtime="5s", node_selector=select)
             create_through_webhook(kube, path, preemptor)
@@ -357,16 +363,7 @@ def test_a_refused_victim_write_admits_no_preemptor(
                 if i == 3:
                     body["metadata"]["labels"]["refuse-preemption"] = "yes"
                 create_through_webhook(kube, path, body)
-            wait_for(
-                lambda: (
-                    all(running_pods(kube, namespace, f"a-{i}") == 4 for i in range(4))
-                    and all(
-                        controller_state(muster, namespace, f"a-{i}") == "Running" for i in range(4)
-                    )
-                ),
-                timeout=90,
-                what="a's four gangs running on the node group, as the controller sees them",
-            )
+            wait_all_running(kube, muster, namespace, [f"a-{i}" for i in range(4)])
             create_through_webhook(
                 kube, path, gang_job("b-0", b, pods=4, cpu="2", runtime="3s", node_selector=select)
             )
