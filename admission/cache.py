@@ -81,6 +81,8 @@ class Cache:
     # Gang pods: bound ones per node, and how many are not bound yet.
     gang_bound: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
     gang_unbound: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    gated: dict[str, PodRecord] = field(default_factory=dict)
+    """Pods (by uid) held by muster's scheduling gate: each waits for muster to name its node."""
     reservations: dict[str, dict[str, int]] = field(default_factory=dict)
     # From the last plan: why each pending gang waits, and its position in its queue.
     reasons: dict[str, Reason] = field(default_factory=dict)
@@ -169,6 +171,12 @@ class Cache:
             return
         old = self.pods.pop(uid, None)
         new = None if event == "DELETED" else pod_record(body)
+        if new is not None and new.gated and new.gang is not None:
+            if uid not in self.gated:
+                self.changed.set()  # a pod to place
+            self.gated[uid] = new
+        else:
+            self.gated.pop(uid, None)
         if old == new:
             if new is not None:
                 self.pods[uid] = new
@@ -333,21 +341,24 @@ class Cache:
         return node
 
     def placement(self, record: JobRecord, now: float) -> dict[str, int]:
-        """Where an admitted gang holds room: bound pods, plus its reservation while young.
+        """Where an admitted gang holds room: bound pods, plus its planned nodes while young.
 
-        While young the planned nodes stay held even where the scheduler bound a pod elsewhere
-        (a pod may be counted twice): that slack absorbs the scheduler's divergence from the
-        plan until placements are pinned; counting exactly let the blog-burst cluster test
-        clog. A gang whose minimum is ready holds just its bound pods (so a preemption frees
-        what it really holds)."""
+        The plan is this controller's reservation, or after a restart the pin on the Job
+        (muster.dev/placement): a restarted controller holds the same nodes. While young the
+        planned nodes stay held even where a pod is bound (a pod may be counted twice): the
+        pin fixes the nodes, not how many of the gang's pods each one gets, and that slack
+        keeps room for the plan until the gang's minimum is ready. A gang whose minimum is
+        ready holds just its bound pods (so a preemption frees what it really holds)."""
         bound = dict(self.gang_bound.get(f"{record.namespace}/{record.gang_label}", {}))
+        admission = record.admission
         reserved = self.reservations.get(record.key)
+        if reserved is None and admission is not None and record.pinned:
+            reserved = record.pinned
         if reserved is None:
             return bound
-        admission = record.admission
         ready = record.ready + record.succeeded >= record.gang.min
         if record.reached_min or ready or (admission and now - admission[0] > RESERVATION_TTL):
-            del self.reservations[record.key]
+            self.reservations.pop(record.key, None)
             return bound
         for node, pods in reserved.items():
             if node in self.nodes:

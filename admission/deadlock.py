@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from policies import Gang, Node, Resources
-from policies.model import tolerated
+from policies.model import placeable
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,9 +28,7 @@ class PartialGang:
 
 
 def _eligible(node: Node, gang: Gang) -> bool:
-    return all(node.labels.get(k) == v for k, v in gang.node_selector.items()) and tolerated(
-        node.taints, gang.tolerations
-    )
+    return placeable(node.labels, node.taints, gang)
 
 
 def wait_for_graph(

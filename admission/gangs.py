@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
+from admission.pinning import PLACEMENT_GATE, Original, PinError, decode_placement
 from policies import (
     Backoff,
     Gang,
@@ -31,7 +32,8 @@ from policies.durations import (
     parse_duration,
     parse_runtime_limit,
 )
-from policies.model import PolicyError, parse_priority
+from policies.elastic import elastic_problem
+from policies.model import NodeTerm, PolicyError, parse_priority
 from policies.preemption import parse_preemption
 from policies.selectors import LabelSelector, parse_label_selector
 from policies.submitted import StampError, parse_stamp
@@ -44,11 +46,13 @@ from policies.vocabulary import (
     GANG,
     GANG_KIND,
     MIN_MEMBERS,
+    PLACEMENT,
     PREEMPTED_BY,
     PREEMPTIONS,
     PRIORITY,
     QUEUE,
     REQUEUE_AT,
+    RESTORE,
     STATE,
     SUBMITTED,
 )
@@ -158,6 +162,15 @@ class JobRecord:
     """muster.dev/evicted-reason: why it was last suspended by muster (Preempted, Clogged, ...)."""
     preempted_by: str = ""
     """muster.dev/preempted-by: the message of its last preemption, naming the preemptor."""
+    original: Original | None = None
+    """The fields admission changes, as the user wrote them (muster.dev/restore, else the
+    spec): what eviction puts back."""
+    pinned: dict[str, int] = field(default_factory=dict)
+    """muster.dev/placement: the planned nodes the pod template is pinned to while admitted."""
+    indexed: bool = False
+    """spec.completionMode Indexed: an elastic admission lowers completions with parallelism."""
+    started: bool = False
+    """status.startTime is set: the pod template cannot change until it is cleared."""
     source: tuple[object, ...] = ()
     """What the record was read from besides the status (uid, generation, the labels and
     annotations muster reads): an event that changes only the status reuses everything else
@@ -195,6 +208,27 @@ class JobRecord:
         return "Pending"
 
 
+def node_terms(affinity: Mapping[str, Any] | None) -> tuple[NodeTerm, ...]:
+    """The required node affinity's terms as the planner matches them (matchExpressions;
+    `matchFields` name single nodes, which the planner does not model, and are left out)."""
+    required = ((affinity or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms: list[NodeTerm] = []
+    for term in required.get("nodeSelectorTerms") or []:
+        terms.append(
+            tuple(
+                (
+                    str(e.get("key") or ""),
+                    str(e.get("operator") or ""),
+                    tuple(str(v) for v in e.get("values") or ()),
+                )
+                for e in term.get("matchExpressions") or []
+            )
+        )
+    return tuple(terms)
+
+
 def _condition(status: Mapping[str, Any], kind: str) -> bool:
     return any(
         c.get("type") == kind and c.get("status") == "True" for c in status.get("conditions") or []
@@ -222,6 +256,8 @@ _READ_ANNOTATIONS: Final = (
     EVICTED_REASON,
     PREEMPTIONS,
     PREEMPTED_BY,
+    PLACEMENT,
+    RESTORE,
 )
 """Every label and annotation `job_record` reads (keep in step with it)."""
 
@@ -234,6 +270,7 @@ def _status_only(previous: JobRecord, body: Mapping[str, Any]) -> JobRecord:
         finished=_condition(status, "Complete") or _condition(status, "Failed"),
         ready=int(status.get("ready") or 0),
         succeeded=int(status.get("succeeded") or 0),
+        started=status.get("startTime") is not None,
     )
 
 
@@ -264,11 +301,23 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
     queue = annotations.get(QUEUE) or labels.get(QUEUE) or ""
     error: str | None = None
 
-    parallelism = spec.get("parallelism")
-    completions = spec.get("completions")
-    size = 1 if parallelism is None else int(parallelism)
-    if completions is not None:
-        size = min(size, int(completions))
+    # An admitted elastic Job has its parallelism (and completions) lowered: its gang is the
+    # size it had before admission, saved in muster.dev/restore.
+    original = Original.of(spec)
+    if RESTORE in annotations:
+        try:
+            original = Original.decode(annotations[RESTORE], f"annotation {RESTORE}")
+        except PinError as exc:
+            error = str(exc)
+    pinned: dict[str, int] = {}
+    if PLACEMENT in annotations:
+        try:
+            pinned = decode_placement(annotations[PLACEMENT], f"annotation {PLACEMENT}")
+        except PinError as exc:
+            error = str(exc)
+    size = 1 if original.parallelism is None else original.parallelism
+    if original.completions is not None:
+        size = min(size, original.completions)
     admitted_at: float | None = None
     admitted_size = 0
     if ADMITTED in annotations:
@@ -276,8 +325,7 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
             admitted_at, admitted_size = parse_admitted(annotations[ADMITTED])
         except GangParseError as exc:
             error = str(exc)
-    # An admitted elastic Job has its parallelism reduced; its gang is its original size.
-    size = max(size, admitted_size, 1)
+    size = max(size, 1)
     minimum_text = annotations.get(MIN_MEMBERS) or labels.get(MIN_MEMBERS)
     minimum: int | None = None
     if minimum_text is not None:
@@ -287,6 +335,10 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
             error = f"{MIN_MEMBERS}: {minimum_text!r} is not an integer"
         if minimum is not None and not 1 <= minimum <= size:
             minimum = None
+    if minimum is not None:
+        problem = elastic_problem({**spec, "completions": original.completions}, size, minimum)
+        if problem is not None:
+            error = f"{MIN_MEMBERS}: {problem}"
     try:
         stamp = parse_stamp(annotations.get(SUBMITTED, ""), f"{namespace}/{name}")
     except StampError as exc:
@@ -363,6 +415,8 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         one_pod_per_node=_one_pod_per_node(pod_spec, pod_labels),
         node_selector=dict(pod_spec.get("nodeSelector") or {}),
         tolerations=_tolerations(pod_spec),
+        # The user's own required node affinity: from the saved original, not the pin.
+        node_terms=node_terms(original.affinity),
         kind=kind,
         runtime_limit=runtime_limit,
         preemptions=preemptions,
@@ -390,6 +444,10 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         source=source,
         evicted_reason=annotations.get(EVICTED_REASON, ""),
         preempted_by=annotations.get(PREEMPTED_BY, ""),
+        original=original,
+        pinned=pinned,
+        indexed=spec.get("completionMode") == "Indexed",
+        started=status.get("startTime") is not None,
     )
 
 
@@ -401,6 +459,9 @@ class PodRecord:
     requests: Resources
     gang: str | None  # "namespace/gang-label" for gang pods, None for others
     ready: bool
+    ref: str = ""  # "namespace/name"
+    gated: bool = False  # held by muster's scheduling gate until muster names its node
+    target: str = ""  # the kubernetes.io/hostname its nodeSelector names ("" if none)
 
 
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
@@ -426,6 +487,9 @@ def pod_record(body: Mapping[str, Any]) -> PodRecord | None:
         requests=requests,
         gang=f"{meta.get('namespace')}/{gang_label}" if gang_label else None,
         ready=_condition(status, "Ready"),
+        ref=f"{meta.get('namespace')}/{meta.get('name')}",
+        gated=any(g.get("name") == PLACEMENT_GATE for g in spec.get("schedulingGates") or []),
+        target=(spec.get("nodeSelector") or {}).get(HOSTNAME, ""),
     )
 
 

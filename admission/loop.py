@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -20,8 +21,9 @@ from admission.deadlock import PartialGang, gangs_to_evict, wait_for_graph
 from admission.gangs import JobRecord
 from admission.kubeapi import ApiError
 from admission.metrics import ControllerMetrics
+from admission.pinning import HOSTNAME, Original, elastic_fields
 from admission.status import queue_positions, queue_status
-from admission.writes import JobRef, Writer
+from admission.writes import JobRef, Shape, Writer
 from policies import Admission, Decisions, Reason, plan
 from policies.durations import format_duration
 
@@ -55,6 +57,9 @@ class ControllerSettings:
     admit_events: bool = True
     """Post an Event for every admission (evictions and failures always get one)."""
     write_concurrency: int = 32
+    pin: bool = True
+    """Pin each admitted gang's pod template to the nodes the planner chose (off: the
+    scheduler may place the pods anywhere they fit, and the plan may not be what runs)."""
 
 
 def _job(record: JobRecord) -> JobRef:
@@ -71,6 +76,7 @@ class Controller:
         self.metrics = metrics
         self.inflight: set[asyncio.Task[Any]] = set()
         self.evicting: set[str] = set()
+        self.placing: dict[str, str] = {}  # gated pod uid -> hostname sent, until ungated
         self.cycles = 0
         self.last_decisions: Decisions | None = None
         self._status_written: dict[str, tuple[float, dict[str, object]]] = {}
@@ -138,6 +144,8 @@ class Controller:
         # 5. Admit: optimistic cache update now, one PATCH each, rolled back if refused.
         for admission in admissions:
             self._admit(admission, now)
+        # 5b. Place the gated pods of admitted gangs on their planned nodes.
+        self._place_pods()
         # 6. Requeue the rest: remember why each waits (status service, explain, logs).
         self._record_reasons(decisions, now, refused)
         # 7. Detectors: unsanctioned unsuspends, clogs, deadlocks.
@@ -169,14 +177,10 @@ class Controller:
         """Suspend one victim and record the preemption on it; True if its capacity is free."""
         ref = _job(record)
         preemptions = record.gang.preemptions + 1
-        size = record.admission[1] if record.admission is not None else record.gang.size
-        parallelism = record.gang.size if size < record.gang.size else None
         self.evicting.add(record.key)
         try:
             outcome = await self.writer.call(
-                lambda: self.writer.preempt(
-                    ref, preemptions=preemptions, message=reason.message, parallelism=parallelism
-                )
+                lambda: self.writer.preempt(ref, preemptions=preemptions, message=reason.message)
             )
         finally:
             self.evicting.discard(record.key)
@@ -229,18 +233,33 @@ class Controller:
             self.cache.reservations[record.key] = dict(admission.placement)
         self.cache.reasons.pop(record.key, None)
         self.cache.touch(record.key)
-        parallelism = admission.size if admission.size < record.gang.size else None
-        task = asyncio.get_running_loop().create_task(
-            self._send_admit(record, admission, now, parallelism)
-        )
+        task = asyncio.get_running_loop().create_task(self._send_admit(record, admission, now))
         self.inflight.add(task)
         task.add_done_callback(self.inflight.discard)
 
-    async def _send_admit(
-        self, record: JobRecord, admission: Admission, now: float, parallelism: int | None
-    ) -> None:
+    def _shape(self, record: JobRecord, admission: Admission) -> Shape:
+        """What the admission sets besides unsuspending: the pin to the planned nodes (unless
+        pinning is off) and, for an elastic gang admitted smaller, its size."""
+        original = record.original or Original(record.gang.size, record.gang.size, None)
+        placement = dict(admission.placement) if self.settings.pin else {}
+        nodes = self.cache.nodes
+        return Shape(
+            original=original,
+            placement=placement,
+            fields=elastic_fields(original, record.indexed, admission.size),
+            started=record.started,
+            hostnames={
+                name: nodes[name].labels.get(HOSTNAME) if name in nodes else name
+                for name in placement
+            },
+        )
+
+    async def _send_admit(self, record: JobRecord, admission: Admission, now: float) -> None:
         ref = _job(record)
-        outcome = await self.writer.call(self.writer.admit, ref, now, admission.size, parallelism)
+        shape = self._shape(record, admission)
+        outcome = await self.writer.call(
+            lambda: self.writer.admit(ref, now, admission.size, shape=shape)
+        )
         if outcome == "conflict":
             # Someone changed the Job under us (admitted elsewhere, or not suspended). Read it
             # and let the cache hold the truth; a still-pending gang is planned again.
@@ -276,6 +295,76 @@ class Controller:
         log.info("%s %s", record.key, message)
         if self.settings.admit_events:
             self.writer.event(ref, "Admitted", message, "Normal")
+
+    def _place_pods(self) -> None:
+        """Give each gated pod of an admitted gang a planned node with room left in the plan
+        (planned pods minus the gang's live pods already sent there), and ungate it.
+
+        The plan is the Job's muster.dev/placement (or, before the watch brings the admitted
+        Job, this controller's reservation); which pods went where is read from the pods'
+        nodeSelectors, so a restarted controller places the rest of a half-placed gang the
+        same way. A pod is sent once (`placing`) until the watch shows it ungated."""
+        cache = self.cache
+        if not cache.gated:
+            return
+        waiting: dict[str, list[tuple[str, str]]] = {}
+        for uid, pod in cache.gated.items():
+            if uid not in self.placing and pod.gang is not None:
+                waiting.setdefault(pod.gang, []).append((pod.ref, uid))
+        if not waiting:
+            return
+        owners = {
+            f"{r.namespace}/{r.gang_label}": r
+            for r in cache.jobs.values()
+            if r.admission is not None and not r.finished
+        }
+        sent: dict[str, Counter[str]] = {gang: Counter() for gang in waiting}
+        for uid, pod in cache.pods.items():
+            if pod.gang in sent and (pod.target or pod.node) and uid not in cache.gated:
+                sent[pod.gang][pod.target or pod.node] += 1
+        for uid, sent_to in self.placing.items():
+            placed = cache.gated.get(uid)  # still gated in the cache: count where it was sent
+            if placed is not None and placed.gang in sent and sent_to:
+                sent[placed.gang][sent_to] += 1
+        nodes = cache.nodes
+        for gang, pods in waiting.items():
+            record = owners.get(gang)
+            if record is None:
+                continue  # not admitted (or suspended again): the Job controller deletes them
+            plan = record.pinned or cache.reservations.get(record.key) or {}
+            room = Counter[str]()
+            for name, count in plan.items():
+                node = nodes.get(name)
+                # "": a node without a hostname label; its pods are only ungated.
+                room[(node.labels.get(HOSTNAME) or "") if node is not None else name] += count
+            room.subtract(sent[gang])
+            for ref, uid in sorted(pods):
+                free = [h for h, left in room.items() if left > 0]
+                host = max(free, key=lambda h: (room[h], h)) if free else None
+                if host is not None:
+                    room[host] -= 1
+                else:
+                    log.warning("%s: no planned node left for pod %s; ungated unpinned", gang, ref)
+                self.placing[uid] = host or ""
+                self._spawn(self._send_place(uid, ref, host or None))
+
+    async def _send_place(self, uid: str, ref: str, host: str | None) -> None:
+        try:
+            outcome = await self.writer.call(self.writer.place_pod, ref, host)
+            if outcome != "ok" and outcome != "gone":
+                log.warning("place pod %s on %s: %s", ref, host, outcome)
+        finally:
+            # Until the watch shows the pod ungated the cache still lists it gated; its
+            # target is counted from `placing` meanwhile. Forget it once the watch caught up.
+            self._spawn(self._forget_placing(uid))
+
+    async def _forget_placing(self, uid: str) -> None:
+        for _ in range(100):
+            if uid not in self.cache.gated:
+                break
+            await asyncio.sleep(0.1)
+        self.placing.pop(uid, None)
+        self.cache.changed.set()
 
     def _record_reasons(
         self, decisions: Decisions, now: float, refused: Mapping[str, Reason] | None = None
@@ -434,12 +523,7 @@ class Controller:
         self.cache.reservations.pop(record.key, None)
         self.cache.touch(record.key)
         self.cache.changed.set()
-        parallelism = record.gang.size if old[1] and old[1] < record.gang.size else None
-        self._spawn(
-            self._send_evict(
-                record, reason, message, evictions, requeue_at, failed, parallelism, old
-            )
-        )
+        self._spawn(self._send_evict(record, reason, message, evictions, requeue_at, failed, old))
 
     async def _send_evict(
         self,
@@ -449,7 +533,6 @@ class Controller:
         evictions: int,
         requeue_at: float,
         failed: bool,
-        parallelism: int | None,
         old: tuple[float | None, int, tuple[float, int] | None],
     ) -> None:
         ref = _job(record)
@@ -461,7 +544,6 @@ class Controller:
                     requeue_at=requeue_at,
                     reason=reason,
                     failed=failed,
-                    parallelism=parallelism,
                 )
             )
             if outcome == "ok":

@@ -16,18 +16,28 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
 from admission.gangs import format_admitted, format_time
-from admission.kubeapi import ApiError, KubeClient
+from admission.kubeapi import STRATEGIC_MERGE_PATCH, ApiError, KubeClient
+from admission.pinning import (
+    HOSTNAME,
+    PLACEMENT_GATE,
+    Original,
+    PinError,
+    encode_placement,
+    pinned_affinity,
+)
 from policies.vocabulary import (
     ADMITTED,
     EVICTED_REASON,
     EVICTIONS,
+    PLACEMENT,
     PREEMPTED_BY,
     PREEMPTIONS,
     REQUEUE_AT,
+    RESTORE,
     STATE,
 )
 
@@ -47,6 +57,23 @@ def job_path(namespace: str, name: str) -> str:
 
 def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
+
+
+def _annotation(key: str) -> str:
+    """The JSON Patch path of an annotation."""
+    return f"/metadata/annotations/{_escape(key)}"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What an admission sets beyond unsuspending: the pin and the elastic size."""
+
+    original: Original
+    placement: Mapping[str, int]
+    fields: Mapping[str, int]
+    started: bool = False
+    hostnames: Mapping[str, str | None] = field(default_factory=dict)
+    """The planned nodes' `kubernetes.io/hostname` labels (None: the node has none)."""
 
 
 @dataclass(frozen=True)
@@ -117,8 +144,17 @@ class Writer:
 
     # -- gang writes ---------------------------------------------------------------------
 
-    def admit(self, job: JobRef, when: float, size: int, parallelism: int | None) -> Outcome:
-        """Unsuspend with the admitted annotation, only if the Job is still suspended.
+    def admit(
+        self,
+        job: JobRef,
+        when: float,
+        size: int,
+        *,
+        shape: Shape | None = None,
+    ) -> Outcome:
+        """Unsuspend with the admitted annotation, only if the Job is still suspended; with a
+        `shape`, pin the pod template to the planned nodes and set the elastic size in the
+        same PATCH, saving what it changes (see admission.pinning).
 
         The JSON Patch `test` makes this safe against a stale cache (a restarted or second
         controller): a Job someone already unsuspended is not admitted again.
@@ -127,14 +163,45 @@ class Writer:
             {"op": "test", "path": "/metadata/uid", "value": job.uid},
             {"op": "test", "path": "/spec/suspend", "value": True},
             {"op": "replace", "path": "/spec/suspend", "value": False},
-            {
-                "op": "add",
-                "path": f"/metadata/annotations/{_escape(ADMITTED)}",
-                "value": format_admitted(when, size),
-            },
+            {"op": "add", "path": _annotation(ADMITTED), "value": format_admitted(when, size)},
         ]
-        if parallelism is not None:
-            ops.append({"op": "replace", "path": "/spec/parallelism", "value": parallelism})
+        if shape is not None and (shape.fields or shape.placement):
+            if shape.started and shape.placement:
+                # A Job that ran before keeps status.startTime, and its template is frozen
+                # until that is cleared (an eviction whose restore did not complete).
+                outcome = self._clear_start(job)
+                if outcome != "ok":
+                    return outcome
+            ops.append(
+                {"op": "add", "path": _annotation(RESTORE), "value": shape.original.encode()}
+            )
+            for name, value in shape.fields.items():
+                ops.append({"op": "add", "path": f"/spec/{name}", "value": value})
+            if shape.placement:
+                ops.append(
+                    {
+                        "op": "add",
+                        "path": _annotation(PLACEMENT),
+                        "value": encode_placement(shape.placement),
+                    }
+                )
+                ops.append(
+                    {
+                        "op": "add",
+                        "path": "/spec/template/spec/schedulingGates",
+                        "value": shape.original.gated(),
+                    }
+                )
+                ops.append(
+                    {
+                        "op": "add",
+                        "path": "/spec/template/spec/affinity",
+                        "value": pinned_affinity(
+                            shape.original.affinity,
+                            {n: shape.hostnames.get(n, n) for n in shape.placement},
+                        ),
+                    }
+                )
         return self._patch(job, ops, "admit")
 
     def evict(
@@ -145,9 +212,9 @@ class Writer:
         requeue_at: float,
         reason: str,
         failed: bool,
-        parallelism: int | None,
     ) -> Outcome:
-        """Suspend again (the Job controller deletes the pods) and record why and until when."""
+        """Suspend again (the Job controller deletes the pods), record why and until when, and
+        put back what admission changed (`unpin`)."""
         annotations: dict[str, Any] = {
             ADMITTED: None,
             EVICTIONS: str(evictions),
@@ -156,42 +223,119 @@ class Writer:
         }
         if failed:
             annotations[STATE] = "Failed"
-        spec: dict[str, Any] = {"suspend": True}
-        if parallelism is not None:
-            spec["parallelism"] = parallelism
-        body = {"metadata": {"uid": job.uid, "annotations": annotations}, "spec": spec}
-        return self._merge(job, body, "evict")
+        body = {"metadata": {"uid": job.uid, "annotations": annotations}, "spec": {"suspend": True}}
+        outcome = self._merge(job, body, "evict")
+        if outcome == "ok":
+            self._restore(job)
+        return outcome
 
-    def preempt(
-        self, job: JobRef, *, preemptions: int, message: str, parallelism: int | None
-    ) -> Outcome:
+    def preempt(self, job: JobRef, *, preemptions: int, message: str) -> Outcome:
         """Suspend a preemption's victim (the Job controller deletes its pods) and record it.
 
         Only while it is still admitted and not suspended (JSON Patch `test`s, like `admit`): a
         Job that changed under a stale plan is not touched ("conflict"). No requeue time and
         no eviction counted: the victim is planned again at once at its submission stamp.
         """
-        annotations = "/metadata/annotations/{}"
         ops: list[dict[str, Any]] = [
             {"op": "test", "path": "/metadata/uid", "value": job.uid},
             {"op": "test", "path": "/spec/suspend", "value": False},
-            {"op": "remove", "path": annotations.format(_escape(ADMITTED))},
+            {"op": "remove", "path": _annotation(ADMITTED)},
             {"op": "replace", "path": "/spec/suspend", "value": True},
-            {
-                "op": "add",
-                "path": annotations.format(_escape(PREEMPTIONS)),
-                "value": str(preemptions),
-            },
-            {"op": "add", "path": annotations.format(_escape(PREEMPTED_BY)), "value": message},
-            {
-                "op": "add",
-                "path": annotations.format(_escape(EVICTED_REASON)),
-                "value": "Preempted",
-            },
+            {"op": "add", "path": _annotation(PREEMPTIONS), "value": str(preemptions)},
+            {"op": "add", "path": _annotation(PREEMPTED_BY), "value": message},
+            {"op": "add", "path": _annotation(EVICTED_REASON), "value": "Preempted"},
         ]
-        if parallelism is not None:
-            ops.append({"op": "replace", "path": "/spec/parallelism", "value": parallelism})
-        return self._patch(job, ops, "preempt")
+        outcome = self._patch(job, ops, "preempt")
+        if outcome == "ok":
+            self._restore(job)
+        return outcome
+
+    def _restore(self, job: JobRef) -> None:
+        """`unpin` after a suspension; its failure is logged, not the suspension's outcome."""
+        try:
+            outcome = self.unpin(job)
+        except (ApiError, OSError) as exc:
+            outcome = "refused"
+            log.warning("restore %s/%s failed: %s", job.namespace, job.name, exc)
+        if outcome not in ("ok", "gone"):
+            log.warning(
+                "restore %s/%s: %s; the next admission re-pins from muster.dev/restore",
+                job.namespace,
+                job.name,
+                outcome,
+            )
+
+    def unpin(self, job: JobRef) -> Outcome:
+        """Put a suspended Job back as it was before admission: the fields saved in
+        muster.dev/restore (parallelism, completions, the pod template's affinity), and drop
+        that and muster.dev/placement. Reads the Job first: the object, not the cache, says
+        what admission wrote.
+
+        The template is frozen while status.startTime is set, so that is cleared first; the
+        PATCH is guarded by `suspend == true`. If a write fails, the next admission still finds
+        muster.dev/restore and pins from the saved fields."""
+        body = self.get_job(job.namespace, job.name)
+        if body is None:
+            return "gone"
+        meta = body.get("metadata") or {}
+        spec = body.get("spec") or {}
+        annotations = meta.get("annotations") or {}
+        if meta.get("uid") != job.uid or not spec.get("suspend"):
+            return "conflict"
+        if RESTORE not in annotations:
+            return "ok"
+        try:
+            original = Original.decode(annotations[RESTORE], f"annotation {RESTORE}")
+        except PinError as exc:
+            log.warning("restore %s/%s: %s; left as it is", job.namespace, job.name, exc)
+            return "refused"
+        ops: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/uid", "value": job.uid},
+            {"op": "test", "path": "/spec/suspend", "value": True},
+            {"op": "remove", "path": _annotation(RESTORE)},
+        ]
+        if PLACEMENT in annotations:
+            ops.append({"op": "remove", "path": _annotation(PLACEMENT)})
+        for name, value in original.fields(spec.get("completionMode") == "Indexed").items():
+            if spec.get(name) != value:
+                ops.append({"op": "add", "path": f"/spec/{name}", "value": value})
+        pod_spec = (spec.get("template") or {}).get("spec") or {}
+        template = {"affinity": original.affinity, "schedulingGates": original.gates}
+        changed = {k: v for k, v in template.items() if (pod_spec.get(k) or None) != v}
+        if changed and (body.get("status") or {}).get("startTime") is not None:
+            outcome = self._clear_start(job)
+            if outcome != "ok":
+                return outcome
+        for key, template_value in changed.items():
+            path = f"/spec/template/spec/{key}"
+            ops.append({"op": "add", "path": path, "value": template_value})
+        return self._patch(job, ops, "restore")
+
+    def place_pod(self, ref: str, hostname: str | None) -> Outcome:
+        """Give a gated pod its planned node (a nodeSelector on kubernetes.io/hostname) and
+        remove muster's scheduling gate, in one strategic merge PATCH (a gated pod may gain
+        a nodeSelector). With no hostname only the gate goes (the template's pin remains)."""
+        namespace, name = ref.split("/", 1)
+        spec: dict[str, Any] = {
+            "schedulingGates": [{"name": PLACEMENT_GATE, "$patch": "delete"}],
+        }
+        if hostname:
+            spec["nodeSelector"] = {HOSTNAME: hostname}
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        pod = JobRef(namespace, name, "")
+        return self._send(
+            pod,
+            "place pod",
+            lambda: self.client.patch(path, {"spec": spec}, STRATEGIC_MERGE_PATCH),
+            guarded=False,
+        )
+
+    def _clear_start(self, job: JobRef) -> Outcome:
+        """Unset status.startTime of a suspended Job, so its pod template may change again
+        (what the Job controller does itself under MutableSchedulingDirectivesForSuspendedJobs)."""
+        path = job_path(job.namespace, job.name) + "/status"
+        body = {"metadata": {"uid": job.uid}, "status": {"startTime": None}}
+        return self._send(job, "clear start", lambda: self.client.patch(path, body), guarded=False)
 
     def _patch(self, job: JobRef, ops: list[dict[str, Any]], what: str) -> Outcome:
         """Send a JSON Patch whose `test`s guard it, retried; a failed `test` (422) means the
@@ -228,6 +372,7 @@ class Writer:
             if exc.status == 404:
                 return "gone"
             if guarded and exc.status == 422:
+                log.info("%s %s/%s: not applied: %s", what, job.namespace, job.name, exc.message)
                 return "conflict"
             log.warning("%s %s/%s refused: %s", what, job.namespace, job.name, exc)
             return "refused"

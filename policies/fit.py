@@ -32,7 +32,15 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from operator import floordiv, ge, itemgetter, mul, sub
 
-from policies.model import Node, PolicyError, Taint, Toleration, tolerated
+from policies.model import (
+    Node,
+    NodeTerm,
+    PolicyError,
+    Taint,
+    Toleration,
+    node_affinity_holds,
+    tolerated,
+)
 from policies.resources import Resources
 
 __all__ = ["UNLIMITED", "Cluster", "FitClass", "Pool"]
@@ -303,15 +311,23 @@ class Cluster:
 
     # --- pools -----------------------------------------------------------------------------
 
-    def eligible(self, selector: Mapping[str, str], tolerations: tuple[Toleration, ...]) -> Pool:
-        """The pool of nodes a pod with this selector and these tolerations may use."""
-        key: tuple[object, ...] = (tuple(sorted(selector.items())), tolerations)
+    def eligible(
+        self,
+        selector: Mapping[str, str],
+        tolerations: tuple[Toleration, ...],
+        terms: tuple[NodeTerm, ...] = (),
+    ) -> Pool:
+        """The pool of nodes a pod with this selector, these tolerations and this required node
+        affinity may use."""
+        key: tuple[object, ...] = (tuple(sorted(selector.items())), tolerations, terms)
         pool = self._pools.get(key)
         if pool is None:
             member = bytearray(len(self.free))
             for group in self.groups:
-                if all(group.labels.get(k) == v for k, v in selector.items()) and tolerated(
-                    group.taints, tolerations
+                if (
+                    all(group.labels.get(k) == v for k, v in selector.items())
+                    and node_affinity_holds(group.labels, terms)
+                    and tolerated(group.taints, tolerations)
                 ):
                     for n in group.nodes:
                         member[n] = 1

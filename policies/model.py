@@ -94,6 +94,48 @@ def tolerated(taints: Iterable[Taint], tolerations: Sequence[Toleration]) -> boo
     )
 
 
+NodeExpression = tuple[str, str, tuple[str, ...]]
+"""One `matchExpressions` entry of a required node affinity term: (key, operator, values)."""
+NodeTerm = tuple[NodeExpression, ...]
+"""A node selector term: every expression must hold."""
+
+
+def _expression_holds(labels: Mapping[str, str], expression: NodeExpression) -> bool:
+    key, operator, values = expression
+    value = labels.get(key)
+    if operator == "In":
+        return value is not None and value in values
+    if operator == "NotIn":
+        return value is None or value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and values:
+        try:
+            number, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return number > bound if operator == "Gt" else number < bound
+    return False
+
+
+def node_affinity_holds(labels: Mapping[str, str], terms: tuple[NodeTerm, ...]) -> bool:
+    """True if a node with ``labels`` satisfies a pod's required node affinity (terms ORed,
+    expressions within a term ANDed, as Kubernetes does); no terms: every node."""
+    return not terms or any(all(_expression_holds(labels, e) for e in term) for term in terms)
+
+
+def placeable(labels: Mapping[str, str], taints: Iterable[Taint], gang: Gang) -> bool:
+    """True if the gang's pods may go to a node with these labels and taints: its node
+    selector, its required node affinity and its tolerations (resources aside)."""
+    return (
+        all(labels.get(k) == v for k, v in gang.node_selector.items())
+        and node_affinity_holds(labels, gang.node_terms)
+        and tolerated(taints, gang.tolerations)
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """A node's allocatable capacity; ``used`` is held by pods muster does not manage."""
@@ -156,6 +198,8 @@ class Gang:
     one_pod_per_node: bool = False
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
+    node_terms: tuple[NodeTerm, ...] = ()
+    """The pod template's required node affinity (matchExpressions of each term; empty: none)."""
     elastic_after: float = 0.0
     kind: str = "Job"
     preemptions: int = 0  # times it was preempted so far (muster.dev/preemptions)
@@ -212,6 +256,7 @@ class Gang:
             self.one_pod_per_node,
             tuple(sorted(self.node_selector.items())),
             tuple((t.key, t.operator, t.value, t.effect) for t in self.tolerations),
+            self.node_terms,
         )
         object.__setattr__(self, "screen_key", _canonical(key))
 

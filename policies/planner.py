@@ -328,8 +328,8 @@ class _State:
                 request=request,
                 nonzero=tuple(i for i, amount in enumerate(request) if amount > 0),
                 one_pod_per_node=gang.one_pod_per_node,
-                pool=self.cluster.eligible(selector, tolerations),
-                restricted=bool(selector) or bool(tolerations),
+                pool=self.cluster.eligible(selector, tolerations, gang.node_terms),
+                restricted=bool(selector) or bool(tolerations) or bool(gang.node_terms),
                 serial=len(self.fits) + 1,
             )
             self.fits[key] = fit

@@ -25,6 +25,12 @@ SUBMITTED: Final = "muster.dev/submitted"
 """Annotation stamped by the webhook: the gang's place in the total submission order."""
 ADMITTED: Final = "muster.dev/admitted"
 """Annotation written at admission (the PATCH that unsuspends)."""
+PLACEMENT: Final = "muster.dev/placement"
+"""Annotation written at admission: where the planner put the gang's pods (`node=pods,...`); the
+pod template is pinned to these nodes until the gang is evicted (see admission/pinning.py)."""
+RESTORE: Final = "muster.dev/restore"
+"""Annotation written at admission: the Job fields admission changed (parallelism, completions,
+the pod template's affinity) as they were, JSON; put back and removed at eviction."""
 EVICTIONS: Final = "muster.dev/evictions"
 """Annotation: how many times the gang was evicted."""
 REQUEUE_AT: Final = "muster.dev/requeue-at"

@@ -41,7 +41,7 @@ from policies import (
     Snapshot,
     plan,
 )
-from policies.model import tolerated
+from policies.model import placeable
 from simulator.trace import SubmittedGang, Trace, expand
 
 Admission = Literal["muster", "none"]
@@ -241,7 +241,11 @@ class Engine:
                 vector[r_index["pods"]] = max(vector[r_index["pods"]], 1)
             key = tuple(vector)
             request = request_cache.setdefault(key, tuple((i, a) for i, a in enumerate(key) if a))
-            placement_key = (tuple(sorted(gang.node_selector.items())), gang.tolerations)
+            placement_key = (
+                tuple(sorted(gang.node_selector.items())),
+                gang.tolerations,
+                gang.node_terms,
+            )
             class_key = (request, placement_key)
             pod_class = class_index.get(class_key)
             if pod_class is None:
@@ -824,13 +828,7 @@ class Engine:
         return all(vector[r] >= amount * pods for r, amount in record.request)
 
     def _eligible(self, gang: Gang) -> list[int]:
-        selector = gang.node_selector
-        return [
-            i
-            for i, node in enumerate(self.nodes)
-            if all(node.labels.get(k) == v for k, v in selector.items())
-            and tolerated(node.taints, gang.tolerations)
-        ]
+        return [i for i, node in enumerate(self.nodes) if placeable(node.labels, node.taints, gang)]
 
     def _schedule_pods(self, now: float) -> None:
         """One scheduler pass: bind queued pods, in queue order, to the first node that fits.

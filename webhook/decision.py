@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from policies.durations import DurationError, parse_clog_timeout, parse_duration
+from policies.elastic import elastic_problem
 from policies.model import PolicyError, parse_priority
 from policies.vocabulary import (
     CLOG_TIMEOUT,
@@ -208,7 +209,12 @@ def decide_job(
         )
     for source, values in (("annotation", annotations), ("label", labels)):
         if MIN_MEMBERS in values:
-            _check_min_members(values[MIN_MEMBERS], size, f"{source} {MIN_MEMBERS}")
+            where = f"{source} {MIN_MEMBERS}"
+            problem = elastic_problem(
+                spec, size, _check_min_members(values[MIN_MEMBERS], size, where)
+            )
+            if problem is not None:
+                raise AdmissionRejected(f"{where}: {problem}")
         _check_gang_fields(values, source)
 
     name = meta.get("name") or ""

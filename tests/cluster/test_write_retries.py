@@ -140,7 +140,7 @@ def admit_through(
     with KubeClient(credentials, timeout=timeout) as faulty:
         writer = Writer(faulty, attempts=attempts, on_retry=retried.append)
         try:
-            return writer.admit(ref, time.time(), 2, None)
+            return writer.admit(ref, time.time(), 2)
         finally:
             writer.close()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Sequence
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -310,9 +311,17 @@ def test_a_reservation_never_holds_back_what_comes_before_it(
     assert before[: len(admitted)] == admitted or set(admitted) <= set(before)
 
 
-def _share_over(snapshot: Snapshot, queue: str, resources: set[str], extra: Gang | None) -> float:
-    """A queue's weighted share over ``resources`` of the cluster's capacity (its usage before
-    the plan, plus ``extra`` at full size), computed here from the snapshot alone."""
+def _share_over(
+    snapshot: Snapshot,
+    queue: str,
+    resources: set[str],
+    extra: Gang | None,
+    plan_admitted: Sequence[tuple[Gang, int]] = (),
+) -> float:
+    """A queue's weighted share over ``resources`` of the cluster's capacity: its usage before
+    the plan, plus what the plan admitted (``plan_admitted``: preemption comes after the
+    plan's admissions, which count), plus ``extra`` at full size; computed here from the
+    snapshot and the decisions alone."""
     counted = _pods_counted(snapshot)
     capacity: dict[str, int] = defaultdict(int)
     for node in snapshot.nodes:
@@ -320,6 +329,7 @@ def _share_over(snapshot: Snapshot, queue: str, resources: set[str], extra: Gang
             capacity[resource] += amount
     usage: dict[str, int] = defaultdict(int)
     held = [(a.gang, a.size) for a in snapshot.admitted if a.gang.queue == queue]
+    held += [(gang, size) for gang, size in plan_admitted if gang.queue == queue]
     if extra is not None:
         held.append((extra, extra.size))
     for gang, size in held:
@@ -358,6 +368,9 @@ def test_preemption_only_for_a_preemptor_admitted_now_and_a_lower_share(
             assert victim.priority < preemptor.priority
             continue
         resources = {r for r, amount in _per_pod(preemptor, counted).items() if amount}
-        mine = _share_over(snapshot, preemptor.queue, resources, preemptor)
-        theirs = _share_over(snapshot, victim.queue, resources, None)
+        others = [
+            (pending[a.gang_id], a.size) for a in decisions.admitted if a.gang_id != preemptor_id
+        ]
+        mine = _share_over(snapshot, preemptor.queue, resources, preemptor, others)
+        theirs = _share_over(snapshot, victim.queue, resources, None, others)
         assert mine < theirs + 1e-9, (mine, theirs)

@@ -1,0 +1,197 @@
+"""The pin, the saved original and the elastic rule, as pure functions (admission/pinning.py,
+policies/elastic.py), and the planner honouring a gang's required node affinity."""
+
+from __future__ import annotations
+
+import pytest
+
+from admission.gangs import job_record, node_terms
+from admission.pinning import (
+    HOSTNAME,
+    NODE_NAME,
+    PLACEMENT_GATE,
+    Original,
+    PinError,
+    decode_placement,
+    elastic_fields,
+    encode_placement,
+    pinned_affinity,
+)
+from policies import plan
+from policies.elastic import elastic_problem
+from policies.model import Gang, Node, Queue, QueueTree, Snapshot, node_affinity_holds
+from policies.resources import Resources
+
+FOUR = Resources.parse({"cpu": "4"}, field="cpu")
+USER_TERM = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}
+
+
+def test_the_pin_is_anded_into_every_required_term_and_keeps_the_rest() -> None:
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [USER_TERM, {"matchExpressions": []}]
+            }
+        },
+        "podAntiAffinity": {"x": 1},
+    }
+    pinned = pinned_affinity(affinity, {"n1": "h1", "n2": "h2"})
+    assert isinstance(affinity["nodeAffinity"], dict)
+    terms = pinned["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    pin = {"key": HOSTNAME, "operator": "In", "values": ["h1", "h2"]}
+    assert terms == [
+        {"matchExpressions": [*USER_TERM["matchExpressions"], pin]},
+        {"matchExpressions": [pin]},
+    ]
+    assert pinned["podAntiAffinity"] == {"x": 1}
+    # The input is not changed (it is the saved original).
+    assert (
+        affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ][0]
+        == USER_TERM
+    )
+
+
+def test_a_node_without_a_hostname_label_gets_a_term_of_its_own() -> None:
+    pinned = pinned_affinity(None, {"n1": "h1", "bare": None})
+    terms = pinned["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {"matchFields": [{"key": NODE_NAME, "operator": "In", "values": ["bare"]}]} in terms
+    assert len(terms) == 2
+
+
+def test_the_original_round_trips_and_bad_values_say_what_is_wrong() -> None:
+    spec = {
+        "parallelism": 4,
+        "completions": 4,
+        "template": {
+            "spec": {"affinity": {"nodeAffinity": {}}, "schedulingGates": [{"name": "x"}]}
+        },
+    }
+    original = Original.of(spec)
+    assert Original.decode(original.encode(), "r") == original
+    assert original.gated() == [{"name": "x"}, {"name": PLACEMENT_GATE}]
+    with pytest.raises(PinError, match="r: not JSON"):
+        Original.decode("{", "r")
+    with pytest.raises(PinError, match="parallelism and completions must be integers"):
+        Original.decode('{"parallelism": [1]}', "r")
+
+
+def test_placement_round_trips_and_rejects_nonsense() -> None:
+    assert decode_placement(encode_placement({"b": 2, "a": 1}), "p") == {"a": 1, "b": 2}
+    with pytest.raises(PinError, match="'a=0' is not node=pods"):
+        decode_placement("a=0", "p")
+
+
+def test_elastic_fields_lower_completions_only_for_an_indexed_job_of_equal_completions() -> None:
+    both = Original(parallelism=16, completions=16, affinity=None)
+    assert elastic_fields(both, True, 9) == {"parallelism": 9, "completions": 9}
+    assert elastic_fields(both, False, 9) == {"parallelism": 9}
+    assert elastic_fields(both, True, 16) == {}
+    work_queue = Original(parallelism=4, completions=100, affinity=None)
+    assert elastic_fields(work_queue, True, 2) == {"parallelism": 2}
+
+
+def test_a_nonindexed_job_with_completions_cannot_be_elastic() -> None:
+    spec = {"parallelism": 4, "completions": 4}
+    problem = elastic_problem(spec, 4, 2)
+    assert problem is not None and "second wave" in problem and "Indexed" in problem
+    assert elastic_problem({**spec, "completionMode": "Indexed"}, 4, 2) is None
+    assert elastic_problem({"parallelism": 4}, 4, 2) is None  # no completions: a work queue
+    assert elastic_problem(spec, 4, 4) is None
+
+
+def test_node_affinity_matching_follows_kubernetes() -> None:
+    terms = node_terms(
+        {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "pool", "operator": "In", "values": ["a", "b"]},
+                                {"key": "gpu", "operator": "DoesNotExist"},
+                            ]
+                        },
+                        {"matchExpressions": [{"key": "cores", "operator": "Gt", "values": ["8"]}]},
+                    ]
+                }
+            }
+        }
+    )
+    assert node_affinity_holds({"pool": "a"}, terms)
+    assert not node_affinity_holds({"pool": "a", "gpu": "1"}, terms)
+    assert node_affinity_holds({"cores": "16"}, terms)
+    assert not node_affinity_holds({"cores": "8"}, terms)
+    assert not node_affinity_holds({"cores": "many"}, terms)
+    assert node_affinity_holds({}, ())
+
+
+def test_the_planner_places_a_gang_only_where_its_required_affinity_holds() -> None:
+    nodes = [
+        Node(
+            name=f"n{i}",
+            allocatable=FOUR,
+            labels={"pool": pool},
+        )
+        for i, pool in enumerate(["x", "x", "a", "a"])
+    ]
+    terms = node_terms(
+        {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [USER_TERM]}
+            }
+        }
+    )
+    gang = Gang(
+        id="ns/g",
+        queue="q",
+        pod_requests=FOUR,
+        size=2,
+        node_terms=terms,
+    )
+    snapshot = Snapshot(
+        nodes=nodes, queues=QueueTree.build([Queue(name="q")]), admitted=[], pending=[gang], now=0.0
+    )
+    decisions = plan(snapshot, "drf")
+    assert [dict(a.placement) for a in decisions.admitted] == [{"n2": 1, "n3": 1}]
+
+
+def test_a_pinned_job_reads_its_own_affinity_and_size_from_the_saved_original() -> None:
+    original = Original(parallelism=4, completions=4, affinity=None)
+    body = {
+        "metadata": {
+            "name": "j",
+            "namespace": "ns",
+            "uid": "u",
+            "labels": {"muster.dev/queue": "q"},
+            "annotations": {
+                "muster.dev/submitted": "2026-11-24T00:00:00.000000000Z/000000000001",
+                "muster.dev/admitted": "2026-11-24T00:00:01.000000Z/2",
+                "muster.dev/restore": original.encode(),
+                "muster.dev/placement": "n1=2",
+                "muster.dev/min-members": "2",
+            },
+        },
+        "spec": {
+            "parallelism": 2,
+            "completions": 2,
+            "completionMode": "Indexed",
+            "template": {
+                "spec": {
+                    "affinity": pinned_affinity(None, {"n1": "n1"}),
+                    "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+                }
+            },
+        },
+        "status": {"startTime": "2026-11-24T00:00:01Z"},
+    }
+    record = job_record(body)
+    assert record.parse_error is None, record.parse_error
+    assert record.gang.size == 4 and record.gang.min == 2
+    assert record.gang.node_terms == ()  # the pin is not the user's affinity
+    assert record.pinned == {"n1": 2} and record.started and record.indexed
