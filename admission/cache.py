@@ -97,6 +97,8 @@ class Cache:
     _waiters: dict[str, list[asyncio.Future[None]]] = field(default_factory=dict)
     _node_cache: dict[str, Node] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    gated_arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when a gated pod appears: the controller places it without waiting for a plan."""
     _capacity: Resources | None = None
 
     # -- change notification -------------------------------------------------------------
@@ -173,7 +175,7 @@ class Cache:
         new = None if event == "DELETED" else pod_record(body)
         if new is not None and new.gated and new.gang is not None:
             if uid not in self.gated:
-                self.changed.set()  # a pod to place
+                self.gated_arrived.set()  # a pod to place
             self.gated[uid] = new
         else:
             self.gated.pop(uid, None)

@@ -86,7 +86,29 @@ class Controller:
         self._published_at = 0.0
 
     async def run(self) -> None:
-        """Cycle forever: on change (coalesced) and at least every `period` seconds."""
+        """Cycle forever: on change (coalesced) and at least every `period` seconds; place
+        gated pods as they arrive, between cycles."""
+        placer = asyncio.get_running_loop().create_task(self._placer())
+        try:
+            await self._cycles()
+        finally:
+            placer.cancel()
+            await asyncio.gather(placer, return_exceptions=True)
+
+    async def _placer(self) -> None:
+        """Place gated pods soon after they appear (a pod waits for this, not for a plan)."""
+        arrived = self.cache.gated_arrived
+        while True:
+            await arrived.wait()
+            await asyncio.sleep(0.05)  # the Job controller creates a gang's pods in a burst
+            arrived.clear()
+            if self.cache.synced:
+                try:
+                    self._place_pods()
+                except Exception:
+                    log.exception("placing gated pods failed; retrying on the next cycle")
+
+    async def _cycles(self) -> None:
         changed = self.cache.changed
         settings = self.settings
         took = 0.0  # how long the last cycle took
@@ -364,7 +386,8 @@ class Controller:
                 break
             await asyncio.sleep(0.1)
         self.placing.pop(uid, None)
-        self.cache.changed.set()
+        if uid in self.cache.gated:
+            self.cache.gated_arrived.set()  # the write did not take: place it again
 
     def _record_reasons(
         self, decisions: Decisions, now: float, refused: Mapping[str, Reason] | None = None

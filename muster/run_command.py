@@ -118,6 +118,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="no Event per admission (evictions and failures still get one)",
     )
     parser.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="do not pin admitted gangs to their planned nodes (the scheduler then places their "
+        "pods wherever they fit, and what runs may differ from the plan; docs/concepts.md)",
+    )
+    parser.add_argument(
         "--no-controller", action="store_true", help="run the webhook only (no admission)"
     )
     parser.add_argument(
@@ -443,6 +449,7 @@ def _run_one(args: argparse.Namespace, webhook_child: subprocess.Popen[bytes] | 
                 policy=args.policy,
                 deadlock_grace=args.deadlock_grace,
                 admit_events=not args.no_admit_events,
+                pin=not args.no_pin,
             ),
             ServeSettings(
                 status_addr=args.status_addr,

@@ -702,6 +702,15 @@ class _Replay:
             *self.pods.errors[:3],
             *self.jobs.errors[:3],
         ]
+        if runner.stragglers:
+            waves = ", ".join(
+                f"{ns}/{gang} ({n})" for (ns, gang), n in sorted(runner.stragglers.items())[:3]
+            )
+            problems.append(
+                f"{sum(runner.stragglers.values())} pods of {len(runner.stragglers)} gangs "
+                "started after their gang's run was over (a second wave; given the runtime at "
+                f"once): {waves}"
+            )
         for problem in problems:
             self.session.log(f"warning: {problem}")
         result = timeline.result(
@@ -722,6 +731,7 @@ class _Replay:
             "submit_lag_p50_s": round(lags[len(lags) // 2], 3) if lags else None,
             "submit_lag_max_s": round(lags[-1], 3) if lags else None,
             "gang_runs": runner.runs,
+            "second_wave_pods": sum(runner.stragglers.values()),
             "latency_wall_s": timeline.latency_figures(),
             "replay_wall_s": round(result.wall_seconds, 3),
             "cpu_s": {

@@ -8,7 +8,8 @@ minimum members (the Job's `muster.dev/min-members`, else its parallelism) are a
 it writes `muster.dev/complete-at` = now + runtime on each running member, and kwok (Stage
 `muster-pod-complete-at`) completes them together at that time. A member that starts later in
 the same run gets the same time. When every pod of a gang is gone (evicted), the next run starts
-afresh.
+afresh. Pods that start after a gang's run completed (a Job running a second wave of pods) get
+the runtime at once and are counted in `stragglers`: no replay waits on pods nobody completes.
 """
 
 from __future__ import annotations
@@ -76,6 +77,11 @@ class GangRunner:
         self.errors: list[str] = []
         self.started: dict[tuple[str, str], float] = {}  # gang -> its run's completion time
         self.runs = 0  # gang runs started (a gang evicted and re-admitted runs again)
+        # Gangs whose run ended with every member gone, and pods that started after that: a
+        # second wave (a Job running more pods than its gang). They are given the gang's runtime
+        # at once, so a replay never waits on pods nobody completes, and are counted.
+        self.completed: set[tuple[str, str]] = set()
+        self.stragglers: dict[tuple[str, str], int] = {}
         self._minimum: dict[tuple[str, str], int] = {}  # (namespace, job name) -> min members
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gang-runner", daemon=True)
@@ -146,10 +152,24 @@ class GangRunner:
             and (p.get("status") or {}).get("phase") in ("Pending", "Running")
         ]
         if not live:
-            self.started.pop(key, None)
+            if self.started.pop(key, None) is not None and any(
+                (p.get("status") or {}).get("phase") == "Succeeded" for p in members
+            ):
+                self.completed.add(key)
             return
         running = [p for p in live if p["status"].get("phase") == "Running"]
         at = self.started.get(key)
+        if at is None and key in self.completed and running:
+            # Pods of a gang whose run is over: a second wave, not a gang. Each gets the
+            # gang's runtime from now.
+            annotations = running[0]["metadata"]["annotations"]
+            try:
+                runtime = parse_duration(annotations[GANG_RUNTIME], field=GANG_RUNTIME)
+            except DurationError as exc:
+                self.errors.append(f"{key[0]}/{key[1]}: {exc}")
+                return
+            at = self.started[key] = now + runtime
+            self.stragglers[key] = self.stragglers.get(key, 0) + len(running)
         if at is None:
             minimum = self._min_members(live[0])
             if minimum is None or len(running) < minimum:
