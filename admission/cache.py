@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -367,8 +367,14 @@ class Cache:
                 bound[node] = max(bound.get(node, 0), pods)
         return bound
 
-    def pending_gangs(self, now: float, refused: Mapping[str, Reason] | None = None) -> list[Gang]:
-        """Gangs to plan: waiting, readable, not backing off, and allowed into their queue."""
+    def pending_gangs(
+        self,
+        now: float,
+        refused: Mapping[str, Reason] | None = None,
+        busy: Collection[str] = (),
+    ) -> list[Gang]:
+        """Gangs to plan: waiting, readable, not backing off, allowed into their queue, and not
+        ``busy`` (being suspended and restored: admitting one then would race its restore)."""
         refused = refused or {}
         return [
             r.gang
@@ -380,9 +386,12 @@ class Cache:
             and r.parse_error is None
             and r.requeue_at <= now
             and r.key not in refused
+            and r.key not in busy
         ]
 
-    def snapshot(self, now: float, refused: Mapping[str, Reason] | None = None) -> Snapshot:
+    def snapshot(
+        self, now: float, refused: Mapping[str, Reason] | None = None, busy: Collection[str] = ()
+    ) -> Snapshot:
         """A private, immutable copy of what the planner needs (step 2 of a cycle).
 
         Gangs in `refused` (see `namespace_refusals`) are left out of the plan."""
@@ -403,7 +412,7 @@ class Cache:
             nodes=nodes,
             queues=tree,
             admitted=admitted,
-            pending=self.pending_gangs(now, refused),
+            pending=self.pending_gangs(now, refused, busy),
             now=now,
         )
 

@@ -142,7 +142,7 @@ class Controller:
         #    for the plan.
         started = time.perf_counter()
         refused = self.cache.namespace_refusals()
-        snapshot = self.cache.snapshot(now, refused)
+        snapshot = self.cache.snapshot(now, refused, self.evicting)
         # 3. Plan: pure; in a thread so watches keep flowing while it runs.
         decisions = (
             await asyncio.to_thread(plan, snapshot, self.settings.policy)
