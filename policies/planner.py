@@ -586,6 +586,27 @@ def _forget(gang_ids: Sequence[str], out: dict[str, Reason]) -> None:
         out.pop(gang_id, None)
 
 
+def _reblock(heads: Sequence[str], views: Sequence[_View], out: dict[str, Reason]) -> None:
+    """Preemptors that were StrictFIFO heads were admitted after the gangs behind them were
+    marked blocked by them: the first of those gangs heads the line now, the rest are blocked
+    by it."""
+    for head in heads:
+        blocked = reasons.strict_fifo_blocked(head)
+        behind = sorted(
+            (entry[0], entry[2].id)
+            for view in views
+            for entry in view[1]
+            if out.get(entry[2].id) == blocked
+        )
+        if not behind:
+            continue
+        first = behind[0][1]
+        out[first] = reasons.head_preempted_in(head)
+        now_blocked = reasons.strict_fifo_blocked(first)
+        for _, gang_id in behind[1:]:
+            out[gang_id] = now_blocked
+
+
 def _fill_all(reasons: Mapping[str, Reason], out: dict[str, Reason]) -> None:
     out.update(reasons)
 
@@ -776,6 +797,7 @@ class _Cycle:
         if preemptors:
             self.parts.append(partial(_forget, preemptors))
             self.count -= len(preemptors)
+            self.parts.append(partial(_reblock, preemptors, views))
 
     def share_of(self, leaf: str, fit: FitClass, pods: int) -> float:
         """``leaf``'s weighted dominant share over the resources of ``fit`` with ``pods`` more

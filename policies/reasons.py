@@ -15,6 +15,7 @@ from policies.resources import Resources, format_quantity
 
 __all__ = [
     "elastic_waiting",
+    "head_preempted_in",
     "namespace_not_allowed",
     "never_fits_nodes",
     "never_fits_quota",
@@ -106,6 +107,16 @@ def size_ratio_rejected(queue: str, resource: str, share: float, ratio: float) -
 
 def strict_fifo_blocked(head: str) -> Reason:
     return Reason("StrictFIFOBlocked", f"blocked by StrictFIFO head {head}")
+
+
+def head_preempted_in(head: str) -> Reason:
+    """The gang a StrictFIFO head blocked, once the head was admitted by preemption after the
+    gangs behind it were passed over: it heads its queue now and is planned next cycle."""
+    return Reason(
+        "StrictFIFOBlocked",
+        f"blocked by StrictFIFO head {head} until it was admitted by preemption in this plan; "
+        "planned again next cycle",
+    )
 
 
 def elastic_waiting(size: int, fits: int, minimum: int, after: float, left: float) -> Reason:
