@@ -155,6 +155,8 @@ class PodClass:
     nodes: list[int]  # eligible node indices, ascending (the first-fit order)
     cursor: int = 0  # nodes[:cursor] had no room for one pod of this class when last looked at
     queued: int = 0  # live entries of this class in the scheduler queue
+    scores: dict[tuple[int, ...], int] = field(default_factory=dict)
+    """Placement "scheduler": node score by (node shape, free amounts of the scored resources)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,10 +265,11 @@ class Engine:
         counts_pods = "pods" in r_index and any(n.allocatable["pods"] for n in self.nodes)
         # Placement "scheduler": what the pod-level scheduler scores (kube-scheduler's default
         # NodeResourcesFit: cpu and memory, weight 1 each; other resources if a cluster has
-        # neither) and each node's allocatable of them; how long the controller's cache keeps
-        # a young gang's plan.
+        # neither) and each node's allocatable of them (its shape); how long the controller's
+        # cache keeps a young gang's plan.
         self.scored: tuple[int, ...] = ()
-        self.allocatable: list[tuple[int, ...]] = []
+        self.shape: list[int] = []  # node index -> its shape: index of its allocatable in shapes
+        self.shapes: list[tuple[int, ...]] = []  # allocatable of the scored resources
         self.reservation_ttl = 0.0
         if self.unpinned:
             from admission.cache import RESERVATION_TTL
@@ -275,9 +278,11 @@ class Engine:
             self.scored = tuple(scored) or tuple(
                 i for i, name in enumerate(names) if name != "pods"
             )
-            self.allocatable = [
-                tuple(node.allocatable[names[r]] for r in self.scored) for node in self.nodes
-            ]
+            shape_of: dict[tuple[int, ...], int] = {}
+            for node in self.nodes:
+                shape = tuple(node.allocatable[names[r]] for r in self.scored)
+                self.shape.append(shape_of.setdefault(shape, len(shape_of)))
+            self.shapes = list(shape_of)
             self.reservation_ttl = RESERVATION_TTL
 
         self.queue_names: tuple[str, ...] = self.tree.leaves
@@ -1093,9 +1098,7 @@ class Engine:
 
     def _best_fit(self, record: GangRecord, pod_class: PodClass) -> int | None:
         """The eligible node with room for one pod of the gang that kube-scheduler's default
-        scoring ranks first: NodeResourcesFit with LeastAllocated, the mean over the scored
-        resources (cpu, memory) of the share left free once the pod is there, in whole points
-        of 100 as the scheduler computes it; ties go to the first node (kube-scheduler picks
+        profile scores highest (`node_score`); ties go to the first node (kube-scheduler picks
         one of them at random). Advances the class cursor as `_first_fit` does."""
         free = self.free
         request = pod_class.request
@@ -1104,8 +1107,10 @@ class Engine:
         bound = record.bound
         scored = self.scored
         wanted = dict(request)
-        asks = [wanted.get(r, 0) for r in scored]
-        allocatable = self.allocatable
+        asks = tuple(wanted.get(r, 0) for r in scored)
+        shape = self.shape
+        shapes = self.shapes
+        scores = pod_class.scores  # the same few (shape, free) pairs recur on many nodes
         position = pod_class.cursor
         leading = True
         best: int | None = None
@@ -1119,13 +1124,10 @@ class Engine:
             else:
                 leading = False
                 if not (one_per_node and node in bound):
-                    total = weights = 0
-                    for r, ask, capacity in zip(scored, asks, allocatable[node], strict=True):
-                        if capacity > 0:
-                            left = vector[r] - ask
-                            total += left * MAX_NODE_SCORE // capacity if left > 0 else 0
-                            weights += 1
-                    score = total // weights if weights else 0
+                    key = (shape[node], *map(vector.__getitem__, scored))
+                    score = scores.get(key)
+                    if score is None:
+                        score = scores[key] = node_score(key[1:], asks, shapes[key[0]])
                     if score > best_score:
                         best, best_score = node, score
                 position += 1
@@ -1276,6 +1278,33 @@ def _stuck_reason(record: GangRecord, horizon_reached: bool) -> str:
 
 def _creation_second(entry: tuple[int, int, int]) -> int:
     return entry[0]
+
+
+def node_score(free: Sequence[int], ask: Sequence[int], allocatable: Sequence[int]) -> int:
+    """What kube-scheduler's default profile scores a node for one pod, over the scored
+    resources (cpu and memory): NodeResourcesFit with LeastAllocated (the mean share left free
+    once the pod is there: spreading) plus NodeResourcesBalancedAllocation (how even the
+    resources' used shares are), each 0..100 and weight 1, in the scheduler's integer steps.
+    ``free`` is the node's free amount of each scored resource before the pod, ``ask`` the pod's
+    request. The default profile's other scores are equal on every node here (no preferred
+    affinities, taints or topology spread for Job pods), so they decide nothing."""
+    least = weights = 0
+    fractions: list[float] = []
+    for left, wanted, capacity in zip(free, ask, allocatable, strict=True):
+        if capacity <= 0:
+            continue
+        requested = capacity - left + wanted
+        least += (capacity - requested) * MAX_NODE_SCORE // capacity if requested <= capacity else 0
+        weights += 1
+        fractions.append(min(requested / capacity, 1.0))
+    least = least // weights if weights else 0
+    spread = 0.0
+    if len(fractions) == 2:
+        spread = abs(fractions[0] - fractions[1]) / 2
+    elif len(fractions) > 2:
+        mean = sum(fractions) / len(fractions)
+        spread = math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions))
+    return least + int((1 - spread) * MAX_NODE_SCORE)
 
 
 def dominant_share(vector: Sequence[int], capacity: Sequence[int]) -> float:
