@@ -898,7 +898,8 @@ class Engine:
         where the pods went."""
         now = self.now
         node_index = self.node_index
-        record.plan = {node_index[name]: pods for name, pods in placement.items()}
+        # A queue that admits on quota alone plans no nodes: nothing its pods do is off plan.
+        record.plan = {node_index[name]: pods for name, pods in placement.items()} or None
         record.reserving = True
         self.new_gangs.append((math.floor(now), record.index, size))
         self.pod_queue_dirty = True

@@ -104,6 +104,20 @@ def test_unpinned_the_planner_sees_where_the_pods_went_not_the_plan() -> None:
     assert summarize(unpinned)["stuck_gangs"] == 0
 
 
+def test_a_quota_only_queue_plans_no_nodes_so_no_pod_of_it_is_off_plan() -> None:
+    trace = from_dict(
+        {
+            "name": "blind",
+            "cluster": {"nodes": [{"count": 3, "allocatable": {"cpu": "4"}}]},
+            "queues": [{"name": "q", "nodeFit": False, "sizeRatio": None}],
+            "jobs": [job("a", 2, "2", "0s"), job("b", 2, "2", "0s")],
+        }
+    )
+    result = simulate(trace, EngineConfig(placement="scheduler", check=True))
+    assert all(r.state == FINISHED for r in result.gangs)
+    assert result.placement_misses == 0
+
+
 def test_node_score_is_kube_schedulers_least_allocated_plus_balanced_allocation() -> None:
     # A 32 cpu / 128 Gi node, empty, and a pod of 8 cpu / 24 Gi (units cancel out):
     # LeastAllocated: cpu 24*100//32 = 75, memory 104*100//128 = 81, mean 156//2 = 78.
