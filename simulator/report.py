@@ -438,6 +438,10 @@ def _html(
                 format_value("wait_max_s", stats["wait_max_s"]),
             ]
             queue_rows += "<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in cells) + "</tr>"
+    seed = results[0].seed if results else 0
+    placement = ""
+    if results and results[0].placement is not None:
+        placement = f"; placement {esc(results[0].placement)} (docs/simulator.md, --placement)"
     figures = "".join(
         f'<figure><img src="{esc(name)}" alt="{esc(name)}"><figcaption>{esc(caption)}'
         "</figcaption></figure>"
@@ -456,7 +460,7 @@ figcaption {{ color: #444; font-size: 0.9em; }}
 </style></head><body>
 <h1>muster sim: {esc(trace.name)}</h1>
 <p>Trace <code>{esc(trace.source)}</code>: {trace.gang_count} gangs, {trace.pod_count} pods,
-{trace.node_count} nodes, {len(trace.queues)} queue(s); seed {results[0].seed if results else 0}.
+{trace.node_count} nodes, {len(trace.queues)} queue(s); seed {seed}{placement}.
 Files: <a href="summary.json">summary.json</a>, <a href="gangs.csv">gangs.csv</a>,
 <a href="queues.csv">queues.csv</a>. Definitions: docs/simulator.md.</p>
 <h2>Summary</h2>

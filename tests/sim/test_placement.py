@@ -150,6 +150,7 @@ def test_sim_placement_flag(tmp_path: Path, capsys: Any) -> None:
     assert main([*base, "--placement", "scheduler", "--out", str(tmp_path / "s")]) == 0
     summary = json.loads((tmp_path / "s" / "summary.json").read_text())
     assert summary["muster"]["placement"] == "scheduler"
+    assert "placement scheduler" in (tmp_path / "s" / "report.html").read_text()
     assert summary["muster"]["evictions"] == 1 and summary["muster"]["placement_misses"] == 1
     assert main([*base, "--out", str(tmp_path / "p")]) == 0
     summary = json.loads((tmp_path / "p" / "summary.json").read_text())
