@@ -18,12 +18,13 @@ Two admission models share one cluster and one pod-level scheduler model:
 `EngineConfig.placement` says where admitted gangs' pods go. ``pinned`` (the default) is the
 above: on the plan's nodes, as the controller pins them. ``scheduler`` models a cluster whose
 controller does not pin: an admitted gang's pods enter the scheduler queue (pods of gangs
-admitted in the same second interleave as the Job controller creates them) and the pod-level
+admitted in the same cycle interleave as the Job controller creates them) and the pod-level
 scheduler binds each to the feasible node kube-scheduler's default scoring ranks first
-(NodeResourcesFit, LeastAllocated: the most free share of cpu and memory, i.e. spreading),
-not the planner's first fit; under ``none`` it scores nodes the same way. The planner then
-sees what the controller's cache sees: where the pods are bound, plus the plan while the gang
-is young. Partial gangs hold their nodes until the clog timeout evicts them.
+(NodeResourcesFit LeastAllocated, the most free share of cpu and memory, i.e. spreading,
+plus BalancedAllocation), not the planner's first fit; under ``none`` it scores nodes the same
+way. The planner then sees what the controller's cache sees: where the pods are bound, plus
+the plan while the gang is young. Partial gangs hold their nodes until the clog timeout evicts
+them.
 
 Events live in a heap keyed (time, kind order, sequence), so ties are broken deterministically,
 and time never goes back. Events at one instant are coalesced into one decision.
@@ -101,12 +102,12 @@ class EngineConfig:
     """Verify invariants after every instant (tests): no node overcommitted, counts agree."""
     placement: Placement = "pinned"
     """Where admitted gangs' pods go. ``pinned``: on the nodes the plan chose (the controller
-    pins them with a required node affinity). ``scheduler``: unpinned, as on a cluster whose
-    controller does not pin: the pod-level scheduler places every pod on the feasible node it
-    scores best (kube-scheduler's LeastAllocated, i.e. spreading), pods of gangs admitted in
-    the same second interleave, and the planner sees where the pods are, not the plan. Under
-    ``none`` admission there is nothing to pin: ``scheduler`` only makes its pod-level
-    scheduler score nodes instead of taking the first fit."""
+    pins them, issue 18). ``scheduler``: unpinned, as on a cluster whose controller does not
+    pin: the pod-level scheduler places every pod on the feasible node it scores best
+    (kube-scheduler's default scores, LeastAllocated and BalancedAllocation: spreading), pods
+    of gangs admitted in the same cycle interleave, and the planner sees where the pods are,
+    not the plan. Under ``none`` admission there is nothing to pin: ``scheduler`` only makes
+    its pod-level scheduler score nodes instead of taking the first fit."""
 
 
 @dataclass(slots=True)
@@ -894,7 +895,7 @@ class Engine:
     def _admit_unpinned(self, record: GangRecord, size: int, placement: Mapping[str, int]) -> None:
         """Placement "scheduler": the Job controller creates the admitted pods now and the
         pod-level scheduler places them by its own scoring, interleaved with the pods of other
-        gangs admitted in the same second; the planner holds the plan until the cache sees
+        gangs admitted in the same cycle; the planner holds the plan until the cache sees
         where the pods went."""
         now = self.now
         node_index = self.node_index
