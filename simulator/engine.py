@@ -15,6 +15,17 @@ Two admission models share one cluster and one pod-level scheduler model:
   resolution) and each pod is bound to the first node it fits. Partially placed gangs hold their
   nodes; when nothing runs and nothing fits the remaining gangs are stuck.
 
+`EngineConfig.placement` says where admitted gangs' pods go. ``pinned`` (the default) is the
+above: on the plan's nodes, as the controller pins them. ``scheduler`` models a cluster whose
+controller does not pin: an admitted gang's pods enter the scheduler queue (pods of gangs
+admitted in the same cycle interleave as the Job controller creates them) and the pod-level
+scheduler binds each to the feasible node kube-scheduler's default scoring ranks first
+(NodeResourcesFit LeastAllocated, the most free share of cpu and memory, i.e. spreading,
+plus BalancedAllocation), not the planner's first fit; under ``none`` it scores nodes the same
+way. The planner then sees what the controller's cache sees: where the pods are bound, plus
+the plan while the gang is young. Partial gangs hold their nodes until the clog timeout evicts
+them.
+
 Events live in a heap keyed (time, kind order, sequence), so ties are broken deterministically,
 and time never goes back. Events at one instant are coalesced into one decision.
 """
@@ -45,6 +56,8 @@ from policies.model import placeable
 from simulator.trace import SubmittedGang, Trace, expand
 
 Admission = Literal["muster", "none"]
+Placement = Literal["pinned", "scheduler"]
+PLACEMENTS: tuple[Placement, ...] = ("pinned", "scheduler")
 
 # Gang states.
 WAITING = 0  # not submitted yet
@@ -65,6 +78,9 @@ _PODS_RUNNING = 2
 _CLOG_CHECK = 3
 _REQUEUE = 4
 _REPLAN = 5
+_RESERVATION_END = 6  # placement "scheduler": the controller's cache drops a young gang's plan
+
+MAX_NODE_SCORE = 100  # kube-scheduler's framework.MaxNodeScore
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +100,14 @@ class EngineConfig:
     """Keep per-instant time series (for queues.csv and plots)."""
     check: bool = False
     """Verify invariants after every instant (tests): no node overcommitted, counts agree."""
+    placement: Placement = "pinned"
+    """Where admitted gangs' pods go. ``pinned``: on the nodes the plan chose (the controller
+    pins them, issue 18). ``scheduler``: unpinned, as on a cluster whose controller does not
+    pin: the pod-level scheduler places every pod on the feasible node it scores best
+    (kube-scheduler's default scores, LeastAllocated and BalancedAllocation: spreading), pods
+    of gangs admitted in the same cycle interleave, and the planner sees where the pods are,
+    not the plan. Under ``none`` admission there is nothing to pin: ``scheduler`` only makes
+    its pod-level scheduler score nodes instead of taking the first fit."""
 
 
 @dataclass(slots=True)
@@ -108,6 +132,8 @@ class GangRecord:
     clogs: int = 0
     admitted_size: int = 0
     bound: dict[int, int] = field(default_factory=dict)  # node index -> pods bound
+    plan: dict[int, int] | None = None  # placement "scheduler": node index -> pods planned
+    reserving: bool = False  # placement "scheduler": the planner still counts the plan
     bound_pods: int = 0
     running_pods: int = 0
     waiting_pods: int = 0  # pods that still need a node (counted in the queue's demand)
@@ -130,6 +156,8 @@ class PodClass:
     nodes: list[int]  # eligible node indices, ascending (the first-fit order)
     cursor: int = 0  # nodes[:cursor] had no room for one pod of this class when last looked at
     queued: int = 0  # live entries of this class in the scheduler queue
+    scores: dict[tuple[int, ...], int] = field(default_factory=dict)
+    """Placement "scheduler": node score by (node shape, free amounts of the scored resources)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +207,11 @@ class EngineResult:
     plan_calls: int
     plan_seconds: float
     placement_misses: int
+    """Admitted pods not bound where the plan put them."""
     wall_seconds: float
     horizon_reached: bool
+    placement: Placement | None = None
+    """The in-process engine's placement model; None: not modelled (the kwok engine)."""
 
 
 ProgressFn = Callable[[float, int, int], None]
@@ -193,10 +224,19 @@ class Engine:
     def __init__(
         self, trace: Trace, config: EngineConfig, progress: ProgressFn | None = None
     ) -> None:
+        if config.placement not in PLACEMENTS:
+            raise ValueError(
+                f"placement {config.placement!r} is not one of: {', '.join(PLACEMENTS)} "
+                "(pinned = pods on the planned nodes; scheduler = the pod-level scheduler "
+                "places them by its own scoring)"
+            )
         self.trace = trace
         self.config = config
         self.progress = progress
         self.muster = config.admission == "muster"
+        # Placement "scheduler": the pod-level scheduler scores nodes, admitted gangs are not
+        # pinned. Everything it adds stays off the pinned path.
+        self.unpinned = config.placement == "scheduler"
         self.tree: QueueTree = trace.queue_tree()
         self.nodes: tuple[Node, ...] = tuple(trace.nodes())
         self.node_index = {node.name: i for i, node in enumerate(self.nodes)}
@@ -224,6 +264,27 @@ class Engine:
         self.util_r = r_index["cpu"] if "cpu" in r_index and self.capacity[r_index["cpu"]] else 0
         self.util_scale = 1000.0 if names[self.util_r] == "cpu" else 1.0
         counts_pods = "pods" in r_index and any(n.allocatable["pods"] for n in self.nodes)
+        # Placement "scheduler": what the pod-level scheduler scores (kube-scheduler's default
+        # NodeResourcesFit: cpu and memory, weight 1 each; other resources if a cluster has
+        # neither) and each node's allocatable of them (its shape); how long the controller's
+        # cache keeps a young gang's plan.
+        self.scored: tuple[int, ...] = ()
+        self.shape: list[int] = []  # node index -> its shape: index of its allocatable in shapes
+        self.shapes: list[tuple[int, ...]] = []  # allocatable of the scored resources
+        self.reservation_ttl = 0.0
+        if self.unpinned:
+            from admission.cache import RESERVATION_TTL
+
+            scored = [r_index[r] for r in ("cpu", "memory") if r in r_index]
+            self.scored = tuple(scored) or tuple(
+                i for i, name in enumerate(names) if name != "pods"
+            )
+            shape_of: dict[tuple[int, ...], int] = {}
+            for node in self.nodes:
+                shape = tuple(node.allocatable[names[r]] for r in self.scored)
+                self.shape.append(shape_of.setdefault(shape, len(shape_of)))
+            self.shapes = list(shape_of)
+            self.reservation_ttl = RESERVATION_TTL
 
         self.queue_names: tuple[str, ...] = self.tree.leaves
         q_index = {name: i for i, name in enumerate(self.queue_names)}
@@ -278,7 +339,7 @@ class Engine:
         self.events = 0
         self.plan_calls = 0
         self.plan_seconds = 0.0
-        self.placement_misses = 0  # admitted pods whose planned node no longer had room
+        self.placement_misses = 0  # admitted pods not bound where the plan put them
         self.done = 0
 
         # Muster: per-queue pending lists in queue order (lazy deletion: ``stale`` counts the
@@ -302,7 +363,9 @@ class Engine:
         self.last_decisions: Decisions | None = None
         # Scheduler queue of unbound pods: (order key, gang index, attempt), one entry per pod.
         self.pod_queue: list[tuple[int, int, int]] = []
-        self.new_gangs: list[int] = []  # submitted since the last scheduler pass (none)
+        # Gangs whose pods were created since the last scheduler pass: (creation second, gang
+        # index, pods); submitted (none) or admitted unpinned (placement "scheduler").
+        self.new_gangs: list[tuple[int, int, int]] = []
         self.pod_queue_dirty = False
 
         # Aggregates kept incrementally for metrics.
@@ -412,6 +475,7 @@ class Engine:
             placement_misses=self.placement_misses,
             wall_seconds=wallclock.perf_counter() - started,
             horizon_reached=horizon_reached,
+            placement=self.config.placement,
         )
 
     def _push(self, at: float, kind: int, record: GangRecord, pods: int = 0) -> None:
@@ -440,6 +504,9 @@ class Engine:
             self._set_waiting(record, record.gang.size)
             self._enqueue_pending(record)
             self.dirty = True
+        elif kind == _RESERVATION_END and record.state == HOLDING and record.reserving:
+            record.reserving = False
+            self._track_pods(record)
 
     # ------------------------------------------------------------------ gang lifecycle
 
@@ -469,7 +536,7 @@ class Engine:
             self._enqueue_pending(record)
             self.dirty = True
         else:
-            self.new_gangs.append(record.index)
+            self.new_gangs.append((math.floor(record.submitted), record.index, record.gang.size))
             self.pod_queue_dirty = True
             # Not suspended: the Job's deadline counts from its creation.
             if record.gang.runtime_limit is not None:
@@ -554,7 +621,10 @@ class Engine:
             self._set_waiting(record, 0)
             self._drop_queued_pods(record)
             self._push(self.now + record.runtime, _FINISH, record)
-            if self.planner is not None:
+            if self.planner is not None and self.unpinned:
+                record.reserving = False  # its minimum is ready: the cache drops the plan
+                self._track_pods(record)
+            elif self.planner is not None:
                 previous = self.planner.admitted[record.gang.id]
                 self.planner.add_admitted(
                     AdmittedGang(
@@ -794,6 +864,9 @@ class Engine:
         record.waiting_for = None
         self._set_state(record, HOLDING)
         self._set_waiting(record, size)
+        if self.unpinned:
+            self._admit_unpinned(record, size, placement)
+            return
         placed = 0
         node_index = self.node_index
         for node_name, pods in placement.items():
@@ -819,6 +892,58 @@ class Engine:
             # Resuming a suspended Job starts its activeDeadlineSeconds clock.
             self._push(now + record.gang.runtime_limit, _DEADLINE, record)
 
+    def _admit_unpinned(self, record: GangRecord, size: int, placement: Mapping[str, int]) -> None:
+        """Placement "scheduler": the Job controller creates the admitted pods now and the
+        pod-level scheduler places them by its own scoring, interleaved with the pods of other
+        gangs admitted in the same cycle; the planner holds the plan until the cache sees
+        where the pods went."""
+        now = self.now
+        node_index = self.node_index
+        # A queue that admits on quota alone plans no nodes: nothing its pods do is off plan.
+        record.plan = {node_index[name]: pods for name, pods in placement.items()} or None
+        record.reserving = True
+        self.new_gangs.append((math.floor(now), record.index, size))
+        self.pod_queue_dirty = True
+        assert self.planner is not None
+        self.planner.add_admitted(
+            AdmittedGang(gang=record.gang, size=size, placement=placement, admitted_at=now)
+        )
+        self._push(now + record.clog_timeout, _CLOG_CHECK, record)
+        if self.reservation_ttl < record.clog_timeout:
+            self._push(now + self.reservation_ttl, _RESERVATION_END, record)
+        if record.gang.runtime_limit is not None:
+            self._push(now + record.gang.runtime_limit, _DEADLINE, record)
+
+    def _track_pods(self, record: GangRecord) -> None:
+        """Placement "scheduler": the planner's record of an admitted gang is what the
+        controller's cache reports (admission/cache.py, ``Cache.placement``): the nodes its
+        pods are bound to, and while the gang is young (fewer than ``min`` pods running,
+        admitted less than the reservation TTL ago) also its planned nodes, the larger count
+        per node (a pod bound off plan is then counted twice: the cache's slack)."""
+        planner = self.planner
+        assert planner is not None
+        nodes = self.nodes
+        view = {nodes[n].name: pods for n, pods in record.bound.items()}
+        if record.reserving and record.plan:
+            for n, pods in record.plan.items():
+                name = nodes[n].name
+                if view.get(name, 0) < pods:
+                    view[name] = pods
+        previous = planner.admitted[record.gang.id]
+        running = record.state == RUNNING
+        if view == previous.placement and running == previous.running:
+            return
+        planner.add_admitted(
+            AdmittedGang(
+                gang=previous.gang,
+                size=previous.size,
+                placement=view,
+                admitted_at=previous.admitted_at,
+                running=running,
+            )
+        )
+        self.dirty = True
+
     # ------------------------------------------------------------------ pod-level scheduler
 
     def _fits(self, record: GangRecord, node: int, pods: int) -> bool:
@@ -831,7 +956,8 @@ class Engine:
         return [i for i, node in enumerate(self.nodes) if placeable(node.labels, node.taints, gang)]
 
     def _schedule_pods(self, now: float) -> None:
-        """One scheduler pass: bind queued pods, in queue order, to the first node that fits.
+        """One scheduler pass: bind queued pods, in queue order, to the first node that fits
+        (placement "scheduler": to the node that fits and scores best).
 
         Work is bounded by two facts: within a pass free capacity only shrinks, so once a pod
         of a class fits no node, no later pod of that class will (the class is blocked); and
@@ -840,10 +966,10 @@ class Engine:
         """
         self.pod_queue_dirty = False
         if self.new_gangs:
-            for index in self.new_gangs:
+            for _, index, pods in self.new_gangs:
                 record = self.gangs[index]
-                record.queued_pods += record.gang.size
-                self.pod_classes[record.pod_class].queued += record.gang.size
+                record.queued_pods += pods
+                self.pod_classes[record.pod_class].queued += pods
             self.pod_queue.extend(self._create_pods(self.new_gangs))
             self.new_gangs = []
             self.pod_queue.sort(key=_creation_second)
@@ -862,6 +988,7 @@ class Engine:
         blocked_classes: set[int] = set()
         blocked_gangs: set[int] = set()
         bound_now: dict[int, int] = {}
+        place = self._best_fit if self.unpinned else self._first_fit
         for position, entry in enumerate(queue):
             if not live:
                 remaining.extend(queue[position:])
@@ -875,7 +1002,7 @@ class Engine:
                 remaining.append(entry)
                 continue
             pod_class = classes[class_id]
-            node = self._first_fit(record, pod_class)
+            node = place(record, pod_class)
             if node is None:
                 remaining.append(entry)
                 if pod_class.cursor >= len(pod_class.nodes):
@@ -885,6 +1012,9 @@ class Engine:
                     blocked_gangs.add(index)  # only nodes this gang already uses have room
                 continue
             self._bind(record, node, 1)
+            plan = record.plan
+            if plan is not None and record.bound[node] > plan.get(node, 0):
+                self.placement_misses += 1  # placement "scheduler": it landed off plan
             self._set_waiting(record, record.waiting_pods - 1)
             record.queued_pods -= 1
             pod_class.queued -= 1
@@ -906,9 +1036,13 @@ class Engine:
         self.pod_queue = remaining
         for index, pods in bound_now.items():
             self._push(now + self.start_delay, _PODS_RUNNING, gangs[index], pods)
+            if self.unpinned and self.muster:
+                self._track_pods(gangs[index])
 
-    def _create_pods(self, indices: list[int]) -> list[tuple[int, int, int]]:
-        """Scheduler queue entries for new gangs' pods, in the order they would be created.
+    def _create_pods(self, created: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """Scheduler queue entries for new gangs' pods, in the order they would be created;
+        ``created`` = (creation second, gang index, pods) in the order the gangs were created
+        (submitted, or unsuspended when admitted).
 
         The Job controller creates a Job's pods in slow-start batches (1, 2, 4, ...) and syncs
         Jobs in parallel, so pods of gangs created in the same second interleave: round-robin,
@@ -916,10 +1050,12 @@ class Engine:
         """
         entries: list[tuple[int, int, int]] = []
         by_second: dict[int, list[int]] = {}
-        for index in indices:
-            by_second.setdefault(math.floor(self.gangs[index].submitted), []).append(index)
+        left_of: dict[int, int] = {}
+        for second, index, pods in created:
+            by_second.setdefault(second, []).append(index)
+            left_of[index] = pods
         for second, group in by_second.items():
-            left = {index: self.gangs[index].gang.size for index in group}
+            left = {index: left_of[index] for index in group}
             batch = 1
             while left:
                 for index in group:
@@ -961,6 +1097,47 @@ class Engine:
             if leading:
                 pod_class.cursor = position
         return None
+
+    def _best_fit(self, record: GangRecord, pod_class: PodClass) -> int | None:
+        """The eligible node with room for one pod of the gang that kube-scheduler's default
+        profile scores highest (`node_score`); ties go to the first node (kube-scheduler picks
+        one of them at random). Advances the class cursor as `_first_fit` does."""
+        free = self.free
+        request = pod_class.request
+        nodes = pod_class.nodes
+        one_per_node = record.gang.one_pod_per_node
+        bound = record.bound
+        scored = self.scored
+        wanted = dict(request)
+        asks = tuple(wanted.get(r, 0) for r in scored)
+        shape = self.shape
+        shapes = self.shapes
+        scores = pod_class.scores  # the same few (shape, free) pairs recur on many nodes
+        position = pod_class.cursor
+        leading = True
+        best: int | None = None
+        best_score = -1
+        while position < len(nodes):
+            node = nodes[position]
+            vector = free[node]
+            for r, amount in request:
+                if vector[r] < amount:
+                    break
+            else:
+                leading = False
+                if not (one_per_node and node in bound):
+                    key = (shape[node], *map(vector.__getitem__, scored))
+                    score = scores.get(key)
+                    if score is None:
+                        score = scores[key] = node_score(key[1:], asks, shapes[key[0]])
+                    if score > best_score:
+                        best, best_score = node, score
+                position += 1
+                continue
+            position += 1
+            if leading:
+                pod_class.cursor = position
+        return best
 
     def _check_decisions(self, decisions: Decisions, now: float) -> None:
         """The planner saw what a snapshot of this instant shows (each queue's first
@@ -1010,6 +1187,27 @@ class Engine:
         total = sum(sum(counts) for counts in self.state_count)
         if total != len(self.gangs):
             raise AssertionError("state counts do not add up")
+        if self.unpinned and self.planner is not None:
+            self._check_planner_sees_pods()
+
+    def _check_planner_sees_pods(self) -> None:
+        """Placement "scheduler": the planner counts every bound pod where it is bound, and
+        once a gang no longer holds its plan, nothing else."""
+        assert self.planner is not None
+        admitted = self.planner.admitted
+        for record in self.gangs:
+            if record.state not in (HOLDING, RUNNING):
+                if record.gang.id in admitted:
+                    raise AssertionError(f"{record.gang.id}: admitted in the planner, not here")
+                continue
+            seen = admitted[record.gang.id]
+            bound = {self.nodes[n].name: pods for n, pods in record.bound.items()}
+            if any(seen.placement.get(name, 0) < pods for name, pods in bound.items()):
+                raise AssertionError(f"{record.gang.id}: the planner misses bound pods")
+            if not record.reserving and dict(seen.placement) != bound:
+                raise AssertionError(f"{record.gang.id}: the planner still holds its plan")
+            if seen.running != (record.state == RUNNING):
+                raise AssertionError(f"{record.gang.id}: the planner's running flag is stale")
 
     # ------------------------------------------------------------------ metrics
 
@@ -1082,6 +1280,33 @@ def _stuck_reason(record: GangRecord, horizon_reached: bool) -> str:
 
 def _creation_second(entry: tuple[int, int, int]) -> int:
     return entry[0]
+
+
+def node_score(free: Sequence[int], ask: Sequence[int], allocatable: Sequence[int]) -> int:
+    """What kube-scheduler's default profile scores a node for one pod, over the scored
+    resources (cpu and memory): NodeResourcesFit with LeastAllocated (the mean share left free
+    once the pod is there: spreading) plus NodeResourcesBalancedAllocation (how even the
+    resources' used shares are), each 0..100 and weight 1, in the scheduler's integer steps.
+    ``free`` is the node's free amount of each scored resource before the pod, ``ask`` the pod's
+    request. The default profile's other scores are equal on every node here (no preferred
+    affinities, taints or topology spread for Job pods), so they decide nothing."""
+    least = weights = 0
+    fractions: list[float] = []
+    for left, wanted, capacity in zip(free, ask, allocatable, strict=True):
+        if capacity <= 0:
+            continue
+        requested = capacity - left + wanted
+        least += (capacity - requested) * MAX_NODE_SCORE // capacity if requested <= capacity else 0
+        weights += 1
+        fractions.append(min(requested / capacity, 1.0))
+    least = least // weights if weights else 0
+    spread = 0.0
+    if len(fractions) == 2:
+        spread = abs(fractions[0] - fractions[1]) / 2
+    elif len(fractions) > 2:
+        mean = sum(fractions) / len(fractions)
+        spread = math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions))
+    return least + int((1 - spread) * MAX_NODE_SCORE)
 
 
 def dominant_share(vector: Sequence[int], capacity: Sequence[int]) -> float:

@@ -78,6 +78,7 @@ def summarize(result: EngineResult) -> dict[str, Any]:
     overall = _wait_stats(gangs)
     summary: dict[str, Any] = {
         "admission": result.admission,
+        "placement": result.placement,
         "seed": result.seed,
         "gangs": len(gangs),
         "pods": sum(r.gang.size for r in gangs),
@@ -105,7 +106,8 @@ def summarize(result: EngineResult) -> dict[str, Any]:
         "events": result.events,
         "plan_calls": result.plan_calls,
         "plan_s": _round(result.plan_seconds),
-        "placement_misses": result.placement_misses,
+        # Not measured on kwok (no placement model there): null rather than a made-up 0.
+        "placement_misses": result.placement_misses if result.placement is not None else None,
         "wall_s": _round(result.wall_seconds),
         "horizon_reached": result.horizon_reached,
     }
@@ -383,6 +385,7 @@ SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
     ("wait_max_s", "wait max (s)"),
     ("clogs", "clogs"),
     ("evictions", "evictions"),
+    ("placement_misses", "pods off plan"),
     ("preemptions", "preemptions"),
     ("fairness_error", "fairness error"),
     ("admitted", "admitted"),
@@ -435,6 +438,10 @@ def _html(
                 format_value("wait_max_s", stats["wait_max_s"]),
             ]
             queue_rows += "<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in cells) + "</tr>"
+    seed = results[0].seed if results else 0
+    placement = ""
+    if results and results[0].placement is not None:
+        placement = f"; placement {esc(results[0].placement)} (docs/simulator.md, --placement)"
     figures = "".join(
         f'<figure><img src="{esc(name)}" alt="{esc(name)}"><figcaption>{esc(caption)}'
         "</figcaption></figure>"
@@ -453,7 +460,7 @@ figcaption {{ color: #444; font-size: 0.9em; }}
 </style></head><body>
 <h1>muster sim: {esc(trace.name)}</h1>
 <p>Trace <code>{esc(trace.source)}</code>: {trace.gang_count} gangs, {trace.pod_count} pods,
-{trace.node_count} nodes, {len(trace.queues)} queue(s); seed {results[0].seed if results else 0}.
+{trace.node_count} nodes, {len(trace.queues)} queue(s); seed {seed}{placement}.
 Files: <a href="summary.json">summary.json</a>, <a href="gangs.csv">gangs.csv</a>,
 <a href="queues.csv">queues.csv</a>. Definitions: docs/simulator.md.</p>
 <h2>Summary</h2>

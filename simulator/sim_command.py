@@ -25,6 +25,7 @@ examples:
   muster sim two-queues --admission muster     # another shipped trace, muster only
   muster sim my-trace.yaml --seed 7 --out out/mine
   muster sim cluster.yaml --jobs-csv jobs.csv  # cluster and queues from a trace, jobs from CSV
+  muster sim two-queues --placement scheduler  # what-if: admitted gangs not pinned to the plan
   muster sim --engine kwok                     # the blog burst on a real control plane, 25x
   muster sim two-queues --engine kwok --admission muster --time-scale 50
   muster sim --engine kwok --kubeconfig ~/.cache/muster/clusters/muster/kubeconfig
@@ -78,6 +79,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="SECONDS",
         help="stop at this simulated time; unfinished gangs are reported stuck",
+    )
+    parser.add_argument(
+        "--placement",
+        choices=("pinned", "scheduler"),
+        default=None,
+        help="in-process only: where admitted gangs' pods go. pinned = on the nodes the plan "
+        "chose, as the controller pins them (default); scheduler = not pinned: the pod-level "
+        "scheduler places each pod by kube-scheduler's default scoring (spreading), so what "
+        "runs can diverge from the plan (a what-if of an unpinned cluster)",
     )
     parser.add_argument(
         "--engine",
@@ -160,6 +170,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     engines: list[Admission] = ["none", "muster"] if args.admission == "both" else [args.admission]
     if args.engine == "kwok":
+        if args.placement is not None:
+            print(
+                "muster sim: --placement is an in-process option; on kwok, kube-scheduler "
+                "places the pods and the controller decides whether they are pinned",
+                file=sys.stderr,
+            )
+            return 2
         return _run_kwok(trace, engines, args)
     out_dir: Path = args.out or Path("out") / f"sim-{trace.name}"
     results: list[EngineResult] = []
@@ -172,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
             lookahead=args.lookahead,
             admit_interval=args.admit_interval,
             horizon=args.horizon,
+            placement=args.placement or "pinned",
         )
         if show_progress:
             results.append(_with_progress(trace, config))
@@ -344,9 +362,11 @@ def _finish(
         from rich.table import Table
 
         summaries: dict[str, dict[str, Any]] = {r.admission: summarize(r) for r in results}
+        placement = args.placement
         table = Table(
             title=f"muster sim: {trace.name} ({trace.gang_count} gangs, "
-            f"{trace.node_count} nodes, seed {args.seed})"
+            f"{trace.node_count} nodes, seed {args.seed}"
+            + (f", placement {placement})" if placement else ")")
         )
         table.add_column("metric")
         for name in summaries:
