@@ -589,8 +589,13 @@ def _forget(gang_ids: Sequence[str], out: dict[str, Reason]) -> None:
 def _reblock(heads: Sequence[str], views: Sequence[_View], out: dict[str, Reason]) -> None:
     """Preemptors that were StrictFIFO heads were admitted after the gangs behind them were
     marked blocked by them: the first of those gangs heads the line now, the rest are blocked
-    by it."""
+    by it. A preemptor that held the plan's reservation holds none now: the gangs kept off its
+    nodes say so."""
     for head in heads:
+        named = f"big gang {head},"
+        for gang_id, reason in list(out.items()):
+            if reason.code == "Reserved" and named in reason.message:
+                out[gang_id] = reasons.reservation_preempted_in(head)
         blocked = reasons.strict_fifo_blocked(head)
         behind = sorted(
             (entry[0], entry[2].id)

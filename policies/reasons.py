@@ -24,6 +24,7 @@ __all__ = [
     "preempted",
     "queue_not_found",
     "quota_exhausted",
+    "reservation_preempted_in",
     "reserved_for",
     "reserved_for_too_long",
     "size_ratio_rejected",
@@ -107,6 +108,16 @@ def size_ratio_rejected(queue: str, resource: str, share: float, ratio: float) -
 
 def strict_fifo_blocked(head: str) -> Reason:
     return Reason("StrictFIFOBlocked", f"blocked by StrictFIFO head {head}")
+
+
+def reservation_preempted_in(holder: str) -> Reason:
+    """A gang kept off the nodes reserved for ``holder``, once the holder was admitted by
+    preemption later in the same plan: there is no reservation any more."""
+    return Reason(
+        "Reserved",
+        f"capacity was reserved for big gang {holder} until it was admitted by preemption in "
+        "this plan; planned again next cycle",
+    )
 
 
 def head_preempted_in(head: str) -> Reason:
