@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -82,6 +82,9 @@ class Cache:
     gang_bound: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
     gang_unbound: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     gated: dict[str, PodRecord] = field(default_factory=dict)
+    gang_sent: dict[str, Counter[str]] = field(default_factory=dict)
+    """Per gang, its live pods that are not gated, by the node they were sent to (their
+    nodeSelector's hostname, else the node they are bound to): what placing counts as used."""
     """Pods (by uid) held by muster's scheduling gate: each waits for muster to name its node."""
     reservations: dict[str, dict[str, int]] = field(default_factory=dict)
     # From the last plan: why each pending gang waits, and its position in its queue.
@@ -195,6 +198,16 @@ class Cache:
             self.changed.set()
 
     def _account(self, pod: PodRecord, sign: int) -> None:
+        if pod.gang is not None and not pod.gated and (pod.target or pod.node):
+            sent = self.gang_sent.get(pod.gang)
+            if sent is None:
+                sent = self.gang_sent[pod.gang] = Counter()
+            where = pod.target or pod.node
+            sent[where] += sign
+            if sent[where] <= 0:
+                del sent[where]
+                if not sent:
+                    del self.gang_sent[pod.gang]
         if pod.gang is not None:
             if pod.node:
                 bound = self.gang_bound[pod.gang]

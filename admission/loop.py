@@ -31,6 +31,9 @@ log = logging.getLogger("muster.controller")
 
 EvictReason = Literal["Clogged", "BelowMinimum", "Deadlock"]
 
+PLACE_RETRY = 30.0
+"""Seconds after which a gated pod the watch still shows gated is placed again."""
+
 _TOLD_ONCE = frozenset({"QueueNotFound", "NamespaceNotAllowed"})
 """Reason codes that get a Warning Event on the Job the first time a gang waits for them."""
 
@@ -76,7 +79,8 @@ class Controller:
         self.metrics = metrics
         self.inflight: set[asyncio.Task[Any]] = set()
         self.evicting: set[str] = set()
-        self.placing: dict[str, str] = {}  # gated pod uid -> hostname sent, until ungated
+        # gated pod uid -> (hostname it was sent to, when), until the watch shows it ungated
+        self.placing: dict[str, tuple[str, float]] = {}
         self.cycles = 0
         self.last_decisions: Decisions | None = None
         self._status_written: dict[str, tuple[float, dict[str, object]]] = {}
@@ -325,29 +329,29 @@ class Controller:
         The plan is the Job's muster.dev/placement (or, before the watch brings the admitted
         Job, this controller's reservation); which pods went where is read from the pods'
         nodeSelectors, so a restarted controller places the rest of a half-placed gang the
-        same way. A pod is sent once (`placing`) until the watch shows it ungated."""
+        same way. A pod is sent once (`placing`) until the watch shows it ungated, or again
+        after PLACE_RETRY seconds if it does not."""
         cache = self.cache
-        if not cache.gated:
-            return
+        now = time.monotonic()
+        for uid, (_, sent_at) in list(self.placing.items()):
+            if uid not in cache.gated or now - sent_at > PLACE_RETRY:
+                del self.placing[uid]
         waiting: dict[str, list[tuple[str, str]]] = {}
         for uid, pod in cache.gated.items():
             if uid not in self.placing and pod.gang is not None:
                 waiting.setdefault(pod.gang, []).append((pod.ref, uid))
         if not waiting:
             return
+        in_flight: dict[str, Counter[str]] = {}
+        for uid, (sent_to, _) in self.placing.items():
+            placed = cache.gated.get(uid)
+            if placed is not None and placed.gang is not None and sent_to:
+                in_flight.setdefault(placed.gang, Counter())[sent_to] += 1
         owners = {
             f"{r.namespace}/{r.gang_label}": r
             for r in cache.jobs.values()
             if r.admission is not None and not r.finished
         }
-        sent: dict[str, Counter[str]] = {gang: Counter() for gang in waiting}
-        for uid, pod in cache.pods.items():
-            if pod.gang in sent and (pod.target or pod.node) and uid not in cache.gated:
-                sent[pod.gang][pod.target or pod.node] += 1
-        for uid, sent_to in self.placing.items():
-            placed = cache.gated.get(uid)  # still gated in the cache: count where it was sent
-            if placed is not None and placed.gang in sent and sent_to:
-                sent[placed.gang][sent_to] += 1
         nodes = cache.nodes
         for gang, pods in waiting.items():
             record = owners.get(gang)
@@ -359,7 +363,8 @@ class Controller:
                 node = nodes.get(name)
                 # "": a node without a hostname label; its pods are only ungated.
                 room[(node.labels.get(HOSTNAME) or "") if node is not None else name] += count
-            room.subtract(sent[gang])
+            room.subtract(cache.gang_sent.get(gang) or {})
+            room.subtract(in_flight.get(gang) or {})
             for ref, uid in sorted(pods):
                 free = [h for h, left in room.items() if left > 0]
                 host = max(free, key=lambda h: (room[h], h)) if free else None
@@ -367,27 +372,13 @@ class Controller:
                     room[host] -= 1
                 else:
                     log.warning("%s: no planned node left for pod %s; ungated unpinned", gang, ref)
-                self.placing[uid] = host or ""
-                self._spawn(self._send_place(uid, ref, host or None))
+                self.placing[uid] = (host or "", now)
+                self._spawn(self._send_place(ref, host or None))
 
-    async def _send_place(self, uid: str, ref: str, host: str | None) -> None:
-        try:
-            outcome = await self.writer.call(self.writer.place_pod, ref, host)
-            if outcome != "ok" and outcome != "gone":
-                log.warning("place pod %s on %s: %s", ref, host, outcome)
-        finally:
-            # Until the watch shows the pod ungated the cache still lists it gated; its
-            # target is counted from `placing` meanwhile. Forget it once the watch caught up.
-            self._spawn(self._forget_placing(uid))
-
-    async def _forget_placing(self, uid: str) -> None:
-        for _ in range(100):
-            if uid not in self.cache.gated:
-                break
-            await asyncio.sleep(0.1)
-        self.placing.pop(uid, None)
-        if uid in self.cache.gated:
-            self.cache.gated_arrived.set()  # the write did not take: place it again
+    async def _send_place(self, ref: str, host: str | None) -> None:
+        outcome = await self.writer.call(self.writer.place_pod, ref, host)
+        if outcome != "ok" and outcome != "gone":
+            log.warning("place pod %s on %s: %s", ref, host, outcome)
 
     def _record_reasons(
         self, decisions: Decisions, now: float, refused: Mapping[str, Reason] | None = None
