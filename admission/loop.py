@@ -26,6 +26,7 @@ from admission.status import queue_positions, queue_status
 from admission.writes import JobRef, Shape, Writer
 from policies import Admission, Decisions, Reason, plan
 from policies.durations import format_duration
+from policies.resources import Resources
 
 log = logging.getLogger("muster.controller")
 
@@ -278,7 +279,37 @@ class Controller:
                 name: nodes[name].labels.get(HOSTNAME) if name in nodes else name
                 for name in placement
             },
+            gate=self._needs_gate(record, placement),
         )
+
+    def _needs_gate(self, record: JobRecord, placement: Mapping[str, int]) -> bool:
+        """Whether the gang's pods must wait at the gate for muster to name each one's node.
+
+        Not when the node affinity alone is exact: on every planned node the gang can fit no
+        more pods than planned there (the gang fills what the node had free, one pod per node
+        for a one-pod-per-node gang, a node that holds one pod): then the scheduler, held to
+        those nodes, can only place them as planned, and the gang costs no pod writes. Free
+        room is what bound pods leave (pods planned but not bound yet are not subtracted: that
+        errs towards the gate)."""
+        if not placement:
+            return False
+        gang = record.gang
+        request = gang.pod_requests
+        cache = self.cache
+        for name, planned in placement.items():
+            node = cache.nodes.get(name)
+            if node is None:
+                return True
+            used = cache.node_all.get(name) or Resources()
+            room: int | None = 1 if gang.one_pod_per_node else None
+            for resource in request:
+                amount = request[resource]
+                if amount > 0:
+                    fits = max(0, (node.allocatable[resource] - used[resource]) // amount)
+                    room = fits if room is None else min(room, fits)
+            if room is None or room > planned:
+                return True
+        return False
 
     async def _send_admit(self, record: JobRecord, admission: Admission, now: float) -> None:
         ref = _job(record)
@@ -376,7 +407,7 @@ class Controller:
                 self._spawn(self._send_place(ref, host or None))
 
     async def _send_place(self, ref: str, host: str | None) -> None:
-        outcome = await self.writer.call(self.writer.place_pod, ref, host)
+        outcome = await self.writer.call_place(ref, host)
         if outcome != "ok" and outcome != "gone":
             log.warning("place pod %s on %s: %s", ref, host, outcome)
 

@@ -74,6 +74,8 @@ class Shape:
     started: bool = False
     hostnames: Mapping[str, str | None] = field(default_factory=dict)
     """The planned nodes' `kubernetes.io/hostname` labels (None: the node has none)."""
+    gate: bool = True
+    """Add muster's scheduling gate (each pod then waits for muster to name its node)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,11 @@ class Writer:
         self.client = client
         self.attempts = attempts
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="muster-write")
+        # Pod placements have a pool of their own: a big gang's hundreds of pod PATCHes must
+        # not queue the admissions and evictions behind them.
+        self.place_pool = ThreadPoolExecutor(
+            max(1, concurrency // 2), thread_name_prefix="muster-place"
+        )
         self.on_retry = on_retry or (lambda code: None)
         self.on_event_dropped = on_event_dropped or (lambda: None)
         self._events: stdqueue.Queue[tuple[str, dict[str, Any]] | None] = stdqueue.Queue(
@@ -114,12 +121,18 @@ class Writer:
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
+    async def call_place(self, ref: str, hostname: str | None) -> Outcome:
+        """`place_pod` on the placement pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.place_pool, self.place_pod, ref, hostname)
+
     def close(self) -> None:
         for _ in self._event_threads:
             self._events.put(None)
         for thread in self._event_threads:
             thread.join(timeout=5)
         self.pool.shutdown(wait=True)
+        self.place_pool.shutdown(wait=True)
 
     # -- retry -------------------------------------------------------------------------
 
@@ -185,13 +198,14 @@ class Writer:
                         "value": encode_placement(shape.placement),
                     }
                 )
-                ops.append(
-                    {
-                        "op": "add",
-                        "path": "/spec/template/spec/schedulingGates",
-                        "value": shape.original.gated(),
-                    }
-                )
+                if shape.gate:
+                    ops.append(
+                        {
+                            "op": "add",
+                            "path": "/spec/template/spec/schedulingGates",
+                            "value": shape.original.gated(),
+                        }
+                    )
                 ops.append(
                     {
                         "op": "add",
