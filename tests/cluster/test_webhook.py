@@ -243,7 +243,7 @@ def missing(sent: Any, stored: Any, path: str) -> Iterator[str]:
 def test_minicluster_job_is_created_suspended_with_gang_labels(
     kube: KubeClient, namespace: str, queue: str
 ) -> None:
-    minicluster = {
+    minicluster: dict[str, Any] = {
         "apiVersion": "flux-framework.org/v1alpha2",
         "kind": "MiniCluster",
         "metadata": {
