@@ -121,18 +121,41 @@ def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
     )
 
 
-def _one_pod_per_node(spec: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """True when the pod template has required anti-affinity to its own pods per hostname."""
-    anti = ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or []
-    for term in anti:
-        if term.get("topologyKey") != HOSTNAME:
-            continue
-        wanted = (term.get("labelSelector") or {}).get("matchLabels") or {}
-        if wanted and all(labels.get(k) == v for k, v in wanted.items()):
-            return True
-    return False
+def _one_pod_per_node(
+    spec: Mapping[str, Any], labels: Mapping[str, str], *, preferred: bool = False
+) -> bool:
+    """True when the pod template has required anti-affinity to its own pods per hostname.
+
+    With `preferred` (a MiniCluster's Job), the Flux Operator's preferred anti-affinity counts
+    too: the operator asks for one Flux broker per node that way on every MiniCluster (unless
+    `spec.network.disableAffinity`), and the scheduler keeps to it when the nodes are free,
+    which is when muster admits the gang.
+    """
+    anti = (spec.get("affinity") or {}).get("podAntiAffinity") or {}
+    terms = list(anti.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    if preferred:
+        terms.extend(
+            weighted.get("podAffinityTerm") or {}
+            for weighted in anti.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+        )
+    return any(
+        term.get("topologyKey") == HOSTNAME and _selects(term.get("labelSelector") or {}, labels)
+        for term in terms
+    )
+
+
+def _selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """True when a non-empty label selector (matchLabels, `In` expressions) matches `labels`."""
+    wanted = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if not wanted and not expressions:
+        return False
+    if not all(labels.get(k) == v for k, v in wanted.items()):
+        return False
+    return all(
+        e.get("operator") == "In" and labels.get(e.get("key", "")) in (e.get("values") or [])
+        for e in expressions
+    )
 
 
 @dataclass(slots=True)
@@ -412,7 +435,7 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         priority=priority,
         elastic_after=elastic_after,
         submitted=stamp,
-        one_pod_per_node=_one_pod_per_node(pod_spec, pod_labels),
+        one_pod_per_node=_one_pod_per_node(pod_spec, pod_labels, preferred=kind == "MiniCluster"),
         node_selector=dict(pod_spec.get("nodeSelector") or {}),
         tolerations=_tolerations(pod_spec),
         # The user's own required node affinity: from the saved original, not the pin.

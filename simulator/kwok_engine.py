@@ -7,8 +7,10 @@ webhook and controller (`muster run --local`, a subprocess) in front. For one `r
 1. a control plane: the one `--kubeconfig` names, or a `LocalCluster` brought up for the
    replay (and taken down after it);
 2. the trace's node groups as kwok nodes (allocatable, labels, taints as the trace says), the
-   Queue CRD and the stand-in MiniCluster CRD, the trace's queues as Queue objects (durations
-   compressed by the time scale), and muster (unless one is running already: `external_muster`);
+   Queue CRD and the MiniCluster CRD (the Flux Operator's from ../shared/crds beside the
+   repository, else muster's stand-in: `minicluster_crd`), the trace's queues as Queue objects
+   (durations compressed by the time scale), and muster (unless one is running already:
+   `external_muster`);
 3. per admission (`none`, then `muster`): fresh namespaces; the MiniCluster reconciler and the
    gang runner (a gang's pods work only once its minimum members run, so a node-blind or absent
    gang admission clogs for real); submitters that create each gang's Job or MiniCluster at
@@ -48,7 +50,12 @@ from admission.kubeapi import ApiError, KubeClient, KubeconfigError
 from simulator.controlplane.build import Binaries
 from simulator.controlplane.cluster import ClusterError, LocalCluster, wait_nodes_ready
 from simulator.controlplane.gangrun import GangRunner
-from simulator.controlplane.minicluster import MiniClusterReconciler, apply_crd, install_crd
+from simulator.controlplane.minicluster import (
+    MiniClusterReconciler,
+    apply_crd,
+    install_crd,
+    minicluster_crd,
+)
 from simulator.engine import Admission, EngineResult
 from simulator.kwok_objects import (
     QUEUES_PATH,
@@ -300,7 +307,11 @@ class KwokSession:
         except OSError as exc:
             raise KwokError(f"cannot read the Queue CRD {QUEUE_CRD}: {exc.strerror}") from None
         apply_crd(client, queue_crd)
-        install_crd(client)
+        try:
+            crd = minicluster_crd()
+        except (OSError, ValueError) as exc:
+            raise KwokError(f"cannot read the MiniCluster CRD: {exc}") from None
+        self.log(f"kwok engine: MiniCluster CRD: {install_crd(client, crd)}")
         self._create_nodes()
 
     # -- nodes ----------------------------------------------------------------------

@@ -12,8 +12,10 @@ What the objects carry so the cluster behaves as the trace says:
   (`simulator.controlplane.gangrun`) starts the gang's runtime only once its minimum members run;
 - the gang minimum is on the Job (`muster.dev/min-members`) or in the MiniCluster's `jobLabels`,
   where the gang runner reads it with or without the webhook;
-- `onePodPerNode` is a required pod anti-affinity on the gang label per hostname, which is how
-  muster's gang adapter (`admission.gangs`) recognises it;
+- `onePodPerNode` is a Job's required pod anti-affinity on the gang label per hostname, which is
+  how muster's gang adapter (`admission.gangs`) recognises it; a MiniCluster has no affinity
+  field (the real CRD prunes one): the operator gives every MiniCluster's pods its own
+  one-pod-per-node anti-affinity (`simulator.controlplane.minicluster.operator_affinity`);
 - every pod tolerates the kwok fake-node taint; on a shared cluster pods also select the run's
   nodes (`muster.dev/sim-run`), so nothing of the replay lands elsewhere.
 """
@@ -284,9 +286,11 @@ def gang_object(
                 "annotations": {GANG_RUNTIME: runtime},
                 "tolerations": tolerations,
                 **({"nodeSelector": selector} if selector else {}),
-                **({"affinity": affinity} if affinity else {}),
             },
         }
+        if not gang.one_pod_per_node:
+            # The operator spreads a MiniCluster's pods one per node unless told not to.
+            spec["network"] = {"disableAffinity": True}
         if gang.min_size is not None:
             spec["minSize"] = gang.min_size
         if deadline is not None:

@@ -75,15 +75,34 @@ def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which MiniCluster CRD cluster tests install (the real one where ../shared/ has it)."""
+    from simulator.controlplane.minicluster import minicluster_crd
+
+    try:
+        return f"MiniCluster CRD: {minicluster_crd().describe()}"
+    except (OSError, ValueError) as exc:
+        return f"MiniCluster CRD: cannot be read: {exc}"
+
+
+_MINICLUSTER_CRD_INSTALLED: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for outcome in _MINICLUSTER_CRD_INSTALLED:
+        terminalreporter.write_line(f"MiniCluster CRD: {outcome}")
+
+
 @pytest.fixture(scope="session")
 def crds(kube: KubeClient) -> None:
-    """The Queue CRD from manifests/ and the stand-in MiniCluster CRD, Established."""
+    """The Queue CRD from manifests/ and the MiniCluster CRD (`minicluster_crd()`: the Flux
+    Operator's where ../shared/ has it, else the stand-in), Established."""
     import yaml
 
-    from simulator.controlplane.minicluster import apply_crd, install_crd
+    from simulator.controlplane.minicluster import apply_crd, install_crd, minicluster_crd
 
     apply_crd(kube, yaml.safe_load((REPO / "manifests/crd/queues.muster.dev.yaml").read_text()))
-    install_crd(kube)
+    _MINICLUSTER_CRD_INSTALLED.append(install_crd(kube, minicluster_crd()))
 
 
 @dataclass

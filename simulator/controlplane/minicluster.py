@@ -1,88 +1,240 @@
-"""A stand-in for the Flux Operator: turns each MiniCluster into the Indexed Job the operator makes.
+"""The MiniCluster CRD muster's tests and kwok engine install, and a stand-in for the Flux Operator.
 
-The real operator cannot be built here (the Go module proxy refuses its module path), so tests
-and the kwok engine install `minicluster-crd.yaml` and run this reconciler. It creates what the
-operator's `newMiniClusterJob` creates, which is all muster looks at: a Job named after the
-MiniCluster, labelled with `spec.jobLabels`, Indexed, completions = parallelism = `spec.size`,
-restartPolicy OnFailure, activeDeadlineSeconds from `spec.deadlineSeconds`, pod
-labels/annotations/nodeSelector from `spec.pod`, and a controller owner reference to the
-MiniCluster. (It also reads `spec.pod.tolerations`, which the stand-in CRD keeps, so pods can
-land on tainted kwok nodes.) Flux itself, its ConfigMaps, Secrets and Services are not modelled.
+The CRD: where the Flux Operator's published CRD sits beside the repository
+(`../shared/crds/miniclusters.flux-framework.org.yaml`, as CI and the development machines lay
+it out), that one is installed, so every MiniCluster muster handles is validated (and pruned) by
+the real schema. A checkout without it installs the stand-in `minicluster-crd.yaml`, a subset of
+the real schema (a unit test holds it to that). `minicluster_crd` is the one place that chooses;
+`$MUSTER_MINICLUSTER_CRD` overrides it with a file, or with `stand-in`.
+
+The reconciler: the real operator cannot be built here (the Go module proxy refuses its module
+path), so tests and the kwok engine run `MiniClusterReconciler`. It creates what the operator's
+`NewMiniClusterJob` creates, which is all muster looks at: a Job named after the MiniCluster,
+labelled with `spec.jobLabels`, Indexed, completions = parallelism = `spec.size`,
+backoffLimit from `spec.backoffLimit` (else 100), activeDeadlineSeconds from
+`spec.deadlineSeconds` (the real CRD defaults it to 31500000), pod labels, annotations,
+nodeSelector, tolerations and restartPolicy from `spec.pod`, the operator's affinity (preferred
+one pod per node, preferred one zone; required node affinity from `spec.pod.nodeAffinity`;
+none with `spec.network.disableAffinity`), container name, image and resources from
+`spec.containers`, and a controller owner reference to the MiniCluster. Flux itself, its init
+container, ConfigMaps, Secrets and Services are not modelled.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from importlib import resources
-from typing import Any
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
 
 import yaml
 
 from admission.kubeapi import ApiError, KubeClient
 
-CRD_NAME = "miniclusters.flux-framework.org"
-MINICLUSTERS = "/apis/flux-framework.org/v1alpha2/miniclusters"
+CRD_NAME: Final = "miniclusters.flux-framework.org"
+MINICLUSTERS: Final = "/apis/flux-framework.org/v1alpha2/miniclusters"
+CRDS: Final = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+CRD_ENV: Final = "MUSTER_MINICLUSTER_CRD"
+"""Environment override of the MiniCluster CRD: a CRD file, or `stand-in`."""
+STAND_IN_ANNOTATION: Final = "muster.dev/stand-in"
+"""Annotation on the stand-in CRD: an installed CRD that has it may be replaced by the real one."""
+STAND_IN_FILE: Final = Path(__file__).with_name("minicluster-crd.yaml")
+SHARED_CRD: Final = Path("crds") / f"{CRD_NAME}.yaml"
+"""The Flux Operator's CRD, relative to the `shared/` folder beside the repository."""
+REPO: Final = Path(__file__).resolve().parents[2]
+
+APP_NAME_LABEL: Final = "app.kubernetes.io/name"
+HOSTNAME: Final = "kubernetes.io/hostname"
+ZONE: Final = "topology.kubernetes.io/zone"
 
 
-def install_crd(client: KubeClient) -> None:
-    """Create the stand-in MiniCluster CRD if absent and wait until it is served."""
-    crd = yaml.safe_load(
-        resources.files("simulator.controlplane").joinpath("minicluster-crd.yaml").read_text()
-    )
-    apply_crd(client, crd)
+@dataclass(frozen=True, slots=True)
+class MiniClusterCrd:
+    """One MiniCluster CRD to install: its body, the file it came from, and which kind it is."""
+
+    body: dict[str, Any]
+    path: Path
+    stand_in: bool
+
+    def describe(self) -> str:
+        kind = "muster's stand-in" if self.stand_in else "the Flux Operator's"
+        return f"{kind} ({self.path})"
+
+    def schema(self) -> dict[str, Any]:
+        """The openAPIV3Schema of the storage version."""
+        return storage_schema(self.body)
 
 
-def apply_crd(client: KubeClient, crd: dict[str, Any], timeout: float = 30) -> None:
-    """Create a CRD (or leave an existing one) and wait for Established."""
-    import time
+def storage_schema(crd: Mapping[str, Any]) -> dict[str, Any]:
+    for version in crd["spec"]["versions"]:
+        if version.get("storage"):
+            schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+            return schema
+    raise ValueError(f"CRD {crd['metadata']['name']} has no storage version")
 
-    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+def minicluster_crd(environ: Mapping[str, str] | None = None, repo: Path = REPO) -> MiniClusterCrd:
+    """The MiniCluster CRD to install: `$MUSTER_MINICLUSTER_CRD` (a file, or `stand-in`), else
+    the Flux Operator's CRD in `shared/crds/` beside the repository, else the stand-in."""
+    environ = os.environ if environ is None else environ
+    override = environ.get(CRD_ENV, "").strip()
+    if override == "stand-in":
+        path = STAND_IN_FILE
+    elif override:
+        path = Path(override)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"${CRD_ENV}={override}: no such file; name a MiniCluster CRD file, or "
+                "`stand-in`, or unset it to use ../shared/crds beside the repository"
+            )
+    else:
+        shared = repo.parent / "shared" / SHARED_CRD
+        path = shared if shared.is_file() else STAND_IN_FILE
+    crd = _load_crd(path)
+    return MiniClusterCrd(body=crd, path=path, stand_in=_is_stand_in(crd))
+
+
+def _load_crd(path: Path) -> dict[str, Any]:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    crds = [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
+    if len(crds) != 1 or crds[0]["metadata"]["name"] != CRD_NAME:
+        raise ValueError(f"{path}: expected exactly one CustomResourceDefinition {CRD_NAME}")
+    crd: dict[str, Any] = crds[0]
+    return crd
+
+
+def _is_stand_in(crd: Mapping[str, Any]) -> bool:
+    annotations = (crd.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(STAND_IN_ANNOTATION) == "true":
+        return True
+    # Stand-ins installed before the annotation existed kept unknown spec fields; the
+    # operator's schema (controller-gen) is structural and never does.
     try:
-        client.create(path, crd)
+        spec = storage_schema(crd)["properties"]["spec"]
+    except (KeyError, ValueError):
+        return False
+    return bool(spec.get("x-kubernetes-preserve-unknown-fields"))
+
+
+def install_crd(client: KubeClient, crd: MiniClusterCrd | None = None) -> str:
+    """Make `crd` (default: `minicluster_crd()`) the cluster's MiniCluster CRD; say what was done.
+
+    An installed stand-in is replaced by the real CRD; any other installed MiniCluster CRD (the
+    real operator's, or the real one where the stand-in was asked for) is kept as it is.
+    """
+    chosen = crd or minicluster_crd()
+    try:
+        existing = client.get(f"{CRDS}/{CRD_NAME}")
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        apply_crd(client, chosen.body)
+        return f"installed {chosen.describe()}"
+    if _same_versions(existing, chosen.body):
+        wait_established(client, CRD_NAME)
+        return f"{chosen.describe()}, installed already"
+    if chosen.stand_in or not _is_stand_in(existing):
+        wait_established(client, CRD_NAME)
+        kind = "muster's stand-in" if _is_stand_in(existing) else "not muster's stand-in"
+        return f"kept the installed MiniCluster CRD ({kind}) instead of {chosen.describe()}"
+    body = {**chosen.body, "metadata": {**chosen.body["metadata"]}}
+    body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+    client.request("PUT", f"{CRDS}/{CRD_NAME}", body)
+    wait_established(client, CRD_NAME)
+    return f"replaced muster's stand-in with {chosen.describe()}"
+
+
+def _same_versions(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    def versions(crd: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return sorted(
+            (
+                v["name"],
+                v.get("served"),
+                v.get("storage"),
+                yaml.safe_dump(v.get("schema"), sort_keys=True),
+                yaml.safe_dump(v.get("subresources"), sort_keys=True),
+            )
+            for v in crd["spec"]["versions"]
+        )
+
+    return versions(a) == versions(b)
+
+
+def apply_crd(client: KubeClient, crd: Mapping[str, Any], timeout: float = 30) -> None:
+    """Create a CRD (or leave an existing one) and wait for Established."""
+    try:
+        client.create(CRDS, crd)
     except ApiError as exc:
         if exc.status != 409:
             raise
+    wait_established(client, crd["metadata"]["name"], timeout)
+
+
+def wait_established(client: KubeClient, name: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        current = client.get(f"{path}/{crd['metadata']['name']}")
+        current = client.get(f"{CRDS}/{name}")
         for cond in current.get("status", {}).get("conditions") or []:
             if cond.get("type") == "Established" and cond.get("status") == "True":
                 return
         time.sleep(0.1)
-    raise TimeoutError(f"CRD {crd['metadata']['name']} not Established within {timeout:.0f}s")
+    raise TimeoutError(f"CRD {name} not Established within {timeout:.0f}s")
 
 
-def job_for(minicluster: dict[str, Any]) -> dict[str, Any]:
-    """The Job the Flux Operator would create for this MiniCluster."""
+def job_for(minicluster: Mapping[str, Any]) -> dict[str, Any]:
+    """The Job the Flux Operator would create for this MiniCluster (as stored: defaults applied)."""
     meta = minicluster["metadata"]
     spec = minicluster.get("spec") or {}
     pod = spec.get("pod") or {}
+    name, namespace = meta["name"], meta["namespace"]
     size = int(spec.get("size", 1))
     pod_labels = {
         **(pod.get("labels") or {}),
-        "namespace": meta["namespace"],
-        "app.kubernetes.io/name": meta["name"],
+        "namespace": namespace,
+        "app": "flux-operator",
+        APP_NAME_LABEL: name,
+        "hpa-selector": name,
     }
     containers = [
         {
-            "name": c.get("name") or meta["name"],
-            "image": c.get("image", "ghcr.io/flux-framework/flux-restful-api"),
-            "resources": c.get("resources") or {},
+            "name": c.get("name") or name,
+            "image": c.get("image") or "ghcr.io/rse-ops/accounting:app-latest",
+            "resources": {
+                key: dict(value)
+                for key in ("limits", "requests")
+                if (value := (c.get("resources") or {}).get(key))
+            },
         }
         for c in spec.get("containers") or [{}]
     ]
+    # The operator copies only these four fields of each toleration (its schema has no others).
+    tolerations = [
+        {key: t[key] for key in ("key", "operator", "value", "effect") if t.get(key)}
+        for t in pod.get("tolerations") or []
+    ]
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": pod.get("restartPolicy") or "OnFailure",
+        "nodeSelector": dict(pod.get("nodeSelector") or {}),
+        "tolerations": tolerations,
+        "containers": containers,
+    }
+    if not (spec.get("network") or {}).get("disableAffinity"):
+        pod_spec["affinity"] = operator_affinity(name, pod.get("nodeAffinity") or {})
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": meta["name"],
-            "namespace": meta["namespace"],
+            "name": name,
+            "namespace": namespace,
             "labels": dict(spec.get("jobLabels") or {}),
             "ownerReferences": [
                 {
                     "apiVersion": minicluster["apiVersion"],
                     "kind": "MiniCluster",
-                    "name": meta["name"],
+                    "name": name,
                     "uid": meta["uid"],
                     "controller": True,
                     "blockOwnerDeletion": True,
@@ -90,11 +242,11 @@ def job_for(minicluster: dict[str, Any]) -> dict[str, Any]:
             ],
         },
         "spec": {
-            "backoffLimit": 100,
-            # The operator copies spec.deadlineSeconds (its CRD defaults it to about a year).
+            "backoffLimit": int(spec.get("backoffLimit") or 100),
+            # The operator copies spec.deadlineSeconds (both CRDs default it to 31500000).
             **(
                 {"activeDeadlineSeconds": int(spec["deadlineSeconds"])}
-                if spec.get("deadlineSeconds") is not None
+                if spec.get("deadlineSeconds")
                 else {}
             ),
             "completions": size,
@@ -105,16 +257,43 @@ def job_for(minicluster: dict[str, Any]) -> dict[str, Any]:
                     "labels": pod_labels,
                     "annotations": dict(pod.get("annotations") or {}),
                 },
-                "spec": {
-                    "restartPolicy": "OnFailure",
-                    "nodeSelector": dict(pod.get("nodeSelector") or {}),
-                    "tolerations": list(pod.get("tolerations") or []),
-                    "affinity": pod.get("affinity") or {},
-                    "containers": containers,
-                },
+                "spec": pod_spec,
             },
         },
     }
+
+
+def operator_affinity(name: str, node_affinity: Mapping[str, Any]) -> dict[str, Any]:
+    """The operator's `getAffinity`: its pods prefer one zone and one pod per node (one Flux
+    broker per node); `spec.pod.nodeAffinity` (label -> values) becomes a required node affinity."""
+    own_pods = {
+        "labelSelector": {
+            "matchExpressions": [{"key": APP_NAME_LABEL, "operator": "In", "values": [name]}]
+        }
+    }
+    affinity: dict[str, Any] = {
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": {**own_pods, "topologyKey": ZONE}}
+            ]
+        },
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": {**own_pods, "topologyKey": HOSTNAME}}
+            ]
+        },
+    }
+    if node_affinity:
+        requirements = [
+            {"key": label, "operator": "In", "values": list(values)}
+            for label, values in node_affinity.items()
+        ]
+        affinity["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": requirements}]
+            }
+        }
+    return affinity
 
 
 class MiniClusterReconciler:

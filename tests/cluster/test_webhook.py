@@ -21,7 +21,11 @@ from admission.kubeapi import ApiError, KubeClient
 from muster.run_command import register_configuration, stop_child
 from policies.submitted import parse_stamp
 from simulator.controlplane.build import Binaries
-from simulator.controlplane.minicluster import MINICLUSTERS, MiniClusterReconciler
+from simulator.controlplane.minicluster import (
+    MINICLUSTERS,
+    MiniClusterReconciler,
+    minicluster_crd,
+)
 from tests.conftest import MusterProcess
 from tests.kube import job_manifest, wait_for
 from webhook.configuration import NAME as WEBHOOK_CONFIGURATION
@@ -221,10 +225,25 @@ def test_unknown_queue_is_accepted_with_a_kubectl_warning(
     assert kube.get(f"{jobs_path(namespace)}/lost")["spec"]["suspend"] is True
 
 
+def missing(sent: Any, stored: Any, path: str) -> Iterator[str]:
+    """What of `sent` is not in `stored` (extra fields in `stored`, such as defaults, are fine)."""
+    if isinstance(sent, dict) and isinstance(stored, dict):
+        for key, value in sent.items():
+            if key not in stored:
+                yield f"{path}.{key}"
+            else:
+                yield from missing(value, stored[key], f"{path}.{key}")
+    elif isinstance(sent, list) and isinstance(stored, list) and len(sent) == len(stored):
+        for i, (a, b) in enumerate(zip(sent, stored, strict=True)):
+            yield from missing(a, b, f"{path}[{i}]")
+    elif sent != stored:
+        yield f"{path}: {sent!r} stored as {stored!r}"
+
+
 def test_minicluster_job_is_created_suspended_with_gang_labels(
     kube: KubeClient, namespace: str, queue: str
 ) -> None:
-    minicluster = {
+    minicluster: dict[str, Any] = {
         "apiVersion": "flux-framework.org/v1alpha2",
         "kind": "MiniCluster",
         "metadata": {
@@ -232,7 +251,19 @@ def test_minicluster_job_is_created_suspended_with_gang_labels(
             "labels": {"muster.dev/queue": queue},
             "annotations": {"muster.dev/clog-timeout": "90s"},
         },
-        "spec": {"size": 8, "minSize": 6, "containers": [{"image": "lammps"}]},
+        "spec": {
+            "size": 8,
+            "minSize": 6,
+            "maxSize": 10,
+            "deadlineSeconds": 3600,
+            "containers": [{"image": "lammps", "resources": {"requests": {"cpu": "1"}}}],
+            "pod": {
+                "labels": {"team": "physics"},
+                "annotations": {"note": "lammps"},
+                "nodeSelector": {"pool": "cpu"},
+                "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            },
+        },
     }
     path = f"/apis/flux-framework.org/v1alpha2/namespaces/{namespace}/miniclusters"
     stored_mc = kube.create(path, minicluster)
@@ -241,6 +272,13 @@ def test_minicluster_job_is_created_suspended_with_gang_labels(
         "muster.dev/min-members": "6",
         "muster.dev/clog-timeout": "90s",
     }
+    # Every field sent is kept (the installed CRD, the Flux Operator's where ../shared/ has it,
+    # prunes what its schema lacks and adds its defaults).
+    assert list(missing(minicluster["spec"], stored_mc["spec"], "spec")) == []
+    if not minicluster_crd().stand_in:
+        # The Flux Operator's schema was applied: its defaults are in.
+        assert stored_mc["spec"]["containers"][0]["pullAlways"] is False
+        assert stored_mc["spec"]["tasks"] == 1
     mc_stamp = stored_mc["metadata"]["annotations"]["muster.dev/submitted"]
     reconciler = MiniClusterReconciler(kube, namespace).start()
     try:
@@ -254,6 +292,12 @@ def test_minicluster_job_is_created_suspended_with_gang_labels(
     assert job["metadata"]["name"] == "lammps"
     assert job["spec"]["suspend"] is True
     assert job["spec"]["parallelism"] == 8 and job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["activeDeadlineSeconds"] == 3600
+    template = job["spec"]["template"]
+    assert template["metadata"]["labels"]["team"] == "physics"
+    assert template["metadata"]["annotations"]["note"] == "lammps"
+    assert template["spec"]["nodeSelector"] == {"pool": "cpu"}
+    assert template["spec"]["tolerations"] == minicluster["spec"]["pod"]["tolerations"]
     assert job["metadata"]["labels"]["muster.dev/min-members"] == "6"
     # The Job is where the controller reads gang fields, the MiniCluster's clog timeout too.
     assert job["metadata"]["labels"]["muster.dev/clog-timeout"] == "90s"
@@ -269,7 +313,7 @@ def test_bad_minicluster_is_rejected(kube: KubeClient, namespace: str, queue: st
         "apiVersion": "flux-framework.org/v1alpha2",
         "kind": "MiniCluster",
         "metadata": {"name": "bad", "labels": {"muster.dev/queue": queue}},
-        "spec": {"size": 4, "minSize": 9},
+        "spec": {"size": 4, "minSize": 9, "containers": [{"image": "lammps"}]},
     }
     path = f"/apis/flux-framework.org/v1alpha2/namespaces/{namespace}/miniclusters"
     with pytest.raises(ApiError) as error:

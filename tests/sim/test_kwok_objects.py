@@ -18,6 +18,7 @@ from policies.vocabulary import (
     EVICTED_REASON,
     EVICTIONS,
     GANG,
+    GANG_KIND,
     PREEMPTIONS,
     STATE,
     SUBMITTED,
@@ -162,21 +163,45 @@ def test_job_reads_back_as_the_trace_gang() -> None:
     assert "muster.dev/queue" not in none["metadata"]["labels"]
 
 
-def test_minicluster_carries_gang_minimum_and_one_pod_per_node() -> None:
-    from simulator.controlplane.minicluster import job_for
+def _minicluster_job(trace: dict[str, Any]) -> dict[str, Any]:
+    """The Job of the trace's MiniCluster, as the webhook marks it (stamp, gang kind)."""
+    mc = next(a for a in expand(from_dict(trace)) if a.gang.kind == "MiniCluster")
+    body = gang_object(mc, namespace="ns", admission="none", scale=25, run="r1").body
+    body["metadata"]["uid"] = "u1"
+    job = job_for(body)
+    job["metadata"]["annotations"] = {
+        SUBMITTED: "2026-01-01T00:00:00.000000Z",
+        GANG_KIND: "MiniCluster",
+    }
+    return job
 
+
+def test_minicluster_carries_gang_minimum_and_one_pod_per_node() -> None:
     trace = from_dict(TRACE)
     mc = next(a for a in expand(trace) if a.gang.kind == "MiniCluster")
     body = gang_object(mc, namespace="ns", admission="none", scale=25, run="r1").body
     assert body["spec"]["size"] == 2 and body["spec"]["minSize"] == 1
     assert body["spec"]["jobLabels"]["muster.dev/min-members"] == "1"
-    body["metadata"]["uid"] = "u1"
-    job = job_for(body)
-    job["metadata"].setdefault("annotations", {})[SUBMITTED] = "2026-01-01T00:00:00.000000Z"
+    # A MiniCluster has no affinity field: one pod per node is the operator's own affinity.
+    assert "affinity" not in body["spec"]["pod"] and "network" not in body["spec"]
+    job = _minicluster_job(TRACE)
     record = job_record(job)
     assert record.gang.one_pod_per_node
     assert record.gang.min == 1 and record.gang.size == 2
     assert job["spec"]["template"]["metadata"]["labels"][GANG] == "mc-0"
+
+
+def test_minicluster_without_one_pod_per_node_turns_the_operators_affinity_off() -> None:
+    data = copy.deepcopy(TRACE)
+    data["jobs"][0]["onePodPerNode"] = False
+    job = _minicluster_job(data)
+    assert "affinity" not in job["spec"]["template"]["spec"]
+    assert not job_record(job).gang.one_pod_per_node
+    # The operator's preferred anti-affinity counts only on a MiniCluster's Job: on a plain
+    # Job, only a required one means one pod per node.
+    spread = _minicluster_job(TRACE)
+    del spread["metadata"]["annotations"][GANG_KIND]
+    assert not job_record(spread).gang.one_pod_per_node
 
 
 def test_queue_reads_back_with_compressed_durations() -> None:
