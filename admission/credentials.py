@@ -69,6 +69,9 @@ class Loaded:
     account's `namespace muster-system`."""
     expiry: datetime | None = None
     """When an exec plugin's token expires, if it said."""
+    namespace: str | None = None
+    """The context's namespace, or the service account's: where kopf posts Events about
+    cluster-scoped objects."""
 
 
 def _kubernetes_config() -> Any:
@@ -194,7 +197,8 @@ class KubeconfigSource:
                 "(HTTP CONNECT) are"
             )
         who = f"context {wanted}, user {user_name}"
-        return Loaded(configuration, who, getattr(loader, "expiry", None))
+        namespace = context.get("namespace") or None
+        return Loaded(configuration, who, getattr(loader, "expiry", None), namespace)
 
 
 def _plain(node: Any) -> Any:
@@ -237,9 +241,9 @@ class InClusterSource:
                 f"no kubeconfig, and not in a pod with a service account ({exc}): pass "
                 "--kubeconfig, or set KUBECONFIG"
             ) from None
-        namespace = self.directory / "namespace"
-        who = f"namespace {namespace.read_text().strip()}" if namespace.is_file() else ""
-        return Loaded(configuration, who)
+        path = self.directory / "namespace"
+        namespace = path.read_text().strip() if path.is_file() else None
+        return Loaded(configuration, f"namespace {namespace}" if namespace else "", None, namespace)
 
 
 def source_for(
@@ -294,6 +298,7 @@ class Credentials:
     """Who these credentials are, for messages."""
     source: Source | None = None
     expiry: datetime | None = None
+    namespace: str | None = None
     version: int = 0
     """Bumped on every change (a renewed token, new certificates)."""
     tls_version: int = 0
@@ -376,6 +381,7 @@ class Credentials:
         self._configuration = loaded.configuration
         self.user = loaded.user
         self.expiry = loaded.expiry
+        self.namespace = loaded.namespace
         self._authorization = _authorization(loaded.configuration)
         self.token = None
         self._copy_tls(loaded.configuration)
@@ -438,6 +444,7 @@ def kopf_login(credentials: Credentials) -> Callable[..., Any]:
             private_key_path=credentials.key_file,
             proxy_url=credentials.proxy,
             expiration=credentials.expiry,
+            default_namespace=credentials.namespace,
         )
 
     return login

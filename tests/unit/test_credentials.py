@@ -260,6 +260,7 @@ def test_in_cluster_credentials_reread_the_rotated_token(tmp_path: Path) -> None
     assert credentials.describe() == (
         f"the pod's service account ({tmp_path}), namespace muster-system"
     )
+    assert kopf_login(credentials)().default_namespace == "muster-system"
     (tmp_path / "token").write_text("second")
     assert credentials.renew(credentials.version) is True
     assert credentials.authorization() == "bearer second"
