@@ -459,9 +459,11 @@ def _run_one(
             peering=args.peering,
         )
 
-    # kopf logs in with the same credentials as muster's own client (and their renewal): a
-    # private registry gets none of kopf's default login handlers, which read kubeconfigs with
-    # less than the official loader does (no exec plugins, no tokenFile).
+    # kopf logs in with the same credentials as muster's own client, and their renewal. A
+    # private registry gets none of kopf's default login handlers; of those, login_with_kubeconfig
+    # reads kubeconfigs by hand (no exec plugins, no tokenFile), and login_via_client runs the
+    # official loader but into the library's global configuration, for the $KUBECONFIG of import
+    # time, without --kubeconfig or --context, and never reads a tokenFile again.
     kopf.on.login(registry=registry)(kopf_login(credentials))
 
     @kopf.on.startup(registry=registry)
