@@ -462,8 +462,9 @@ def _run_one(
     # kopf logs in with the same credentials as muster's own client, and their renewal. A
     # private registry gets none of kopf's default login handlers; of those, login_with_kubeconfig
     # reads kubeconfigs by hand (no exec plugins, no tokenFile), and login_via_client runs the
-    # official loader but into the library's global configuration, for the $KUBECONFIG of import
-    # time, without --kubeconfig or --context, and never reads a tokenFile again.
+    # official loader but prefers a pod's service account to a given kubeconfig, reads the
+    # $KUBECONFIG of import time into the library's global configuration, and knows neither
+    # --kubeconfig nor --context.
     kopf.on.login(registry=registry)(kopf_login(credentials))
 
     @kopf.on.startup(registry=registry)
