@@ -360,13 +360,13 @@ def run(args: argparse.Namespace) -> int:
     if args.local and not isinstance(source, KubeconfigSource):
         print("muster run --local needs --kubeconfig (or $KUBECONFIG)", file=sys.stderr)
         return 2
+    if not args.local and not args.no_webhook and not (args.tls_cert and args.tls_key):
+        print("muster run: give --tls-cert and --tls-key (in-cluster), or --local", file=sys.stderr)
+        return 2
     try:
         credentials = Credentials.load(source)
     except KubeconfigError as exc:
         print(f"muster run: {exc}", file=sys.stderr)
-        return 2
-    if not args.local and not args.no_webhook and not (args.tls_cert and args.tls_key):
-        print("muster run: give --tls-cert and --tls-key (in-cluster), or --local", file=sys.stderr)
         return 2
     if not args.no_controller and not args.no_webhook and not args.one_process:
         return _run_split(args, credentials)
