@@ -1,9 +1,11 @@
 """The one door to the Kubernetes API for code that is not kopf: a small JSON-over-HTTPS client.
 
 Standard library only (`http.client` + `ssl`), one keep-alive connection per thread, so it is
-cheap enough for benchmarks and bulk work (creating 1000 nodes) and easy to reason about.
-Reads kubeconfigs with client certificates (file paths or inline `-data`), which is what the
-local control plane writes.
+cheap enough for benchmarks and bulk work (creating 1000 nodes) and easy to reason about. Its
+credentials come from the official `kubernetes` client's loaders (admission/credentials.py):
+every kubeconfig kubectl reads, and a pod's service account. A 401 renews them once and resends;
+401, 403 and an unreachable server raise errors whose message names the cause
+(admission/access.py).
 """
 
 from __future__ import annotations
@@ -12,18 +14,37 @@ import base64
 import contextlib
 import http.client
 import json
+import os
 import socket
 import ssl
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import unquote, urlencode, urlsplit
 
-import yaml
+from admission import access
+from admission.credentials import (
+    Credentials,
+    InClusterSource,
+    KubeconfigError,
+    KubeconfigSource,
+    source_for,
+)
+
+__all__ = [
+    "JSON",
+    "MERGE_PATCH",
+    "STRATEGIC_MERGE_PATCH",
+    "ApiError",
+    "ApiUnreachable",
+    "Credentials",
+    "KubeClient",
+    "KubeconfigError",
+    "WatchStream",
+]
 
 JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
@@ -31,82 +52,63 @@ STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
 
 
 class ApiError(RuntimeError):
-    """A non-2xx answer from the apiserver, with its HTTP status and Kubernetes Status message."""
+    """A non-2xx answer from the apiserver, with its HTTP status and Kubernetes Status message.
 
-    def __init__(self, status: int, method: str, path: str, message: str) -> None:
-        super().__init__(f"{method} {path}: HTTP {status}: {message}")
+    `str()` of a 401 or of an RBAC 403 is the explanation an admin can act on (access.py);
+    `message` is always the apiserver's own.
+    """
+
+    def __init__(
+        self, status: int, method: str, path: str, message: str, explanation: str | None = None
+    ) -> None:
+        super().__init__(explanation or f"{method} {path}: HTTP {status}: {message}")
         self.status = status
         self.method = method
         self.path = path
         self.message = message
 
 
-class KubeconfigError(ValueError):
-    """A kubeconfig we cannot use; the message says which file and what is wrong."""
+class ApiUnreachable(ConnectionError):
+    """No answer from the apiserver (refused, unknown host, TLS not trusted, timed out); the
+    message names the server and where its address came from."""
 
 
-@dataclass(frozen=True)
-class Credentials:
-    server: str
-    ca_file: str | None
-    cert_file: str | None
-    key_file: str | None
-    token: str | None = None
-    insecure: bool = False
+class _Connection(http.client.HTTPSConnection):
+    """An HTTPS connection that may go through an HTTP CONNECT proxy and may check the server
+    certificate against another name (the kubeconfig's tls-server-name)."""
+
+    def __init__(self, credentials: Credentials, context: ssl.SSLContext, timeout: float) -> None:
+        url = urlsplit(credentials.server)
+        host, port = url.hostname or "127.0.0.1", url.port or 443
+        self._server_hostname = credentials.tls_server_name or host
+        self._tls = context
+        if credentials.proxy:
+            proxy = urlsplit(credentials.proxy)
+            super().__init__(
+                proxy.hostname or "127.0.0.1", proxy.port or 80, context=context, timeout=timeout
+            )
+            headers = {}
+            if proxy.username is not None:
+                user = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}"
+                headers["Proxy-Authorization"] = "Basic " + base64.b64encode(user.encode()).decode()
+            self.set_tunnel(host, port, headers=headers)
+        else:
+            super().__init__(host, port, context=context, timeout=timeout)
+
+    def connect(self) -> None:
+        # TCP (and the proxy's tunnel), then TLS with the name the certificate must carry.
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._tls.wrap_socket(self.sock, server_hostname=self._server_hostname)
 
 
-def _materialize(data_b64: str, suffix: str, keep: list[Any]) -> str:
-    handle = tempfile.NamedTemporaryFile(prefix="muster-", suffix=suffix, delete=True)  # noqa: SIM115
-    handle.write(base64.b64decode(data_b64))
-    handle.flush()
-    keep.append(handle)
-    return handle.name
-
-
-def load_kubeconfig(path: str | Path, context: str | None = None) -> tuple[Credentials, list[Any]]:
-    """Read the current (or named) context of a kubeconfig into credentials.
-
-    Returns the credentials and the temp files that back any inline `-data` fields (keep them
-    alive as long as the credentials are used).
-    """
-    path = Path(path).expanduser()
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise KubeconfigError(f"cannot read kubeconfig {path}: {exc.strerror}") from exc
-    if not isinstance(doc, dict):
-        raise KubeconfigError(f"kubeconfig {path} is not a YAML mapping")
-    name = context or doc.get("current-context")
-
-    def find(kind: str, wanted: str | None) -> dict[str, Any]:
-        for entry in doc.get(kind + "s") or []:
-            if entry.get("name") == wanted:
-                return dict(entry.get(kind) or {})
-        raise KubeconfigError(f"kubeconfig {path}: no {kind} named {wanted!r}")
-
-    ctx = find("context", name)
-    cluster = find("cluster", ctx.get("cluster"))
-    user = find("user", ctx.get("user"))
-    keep: list[Any] = []
-
-    def file_or_data(section: dict[str, Any], key: str, suffix: str) -> str | None:
-        if section.get(key):
-            return str(Path(section[key]).expanduser())
-        if section.get(key + "-data"):
-            return _materialize(section[key + "-data"], suffix, keep)
-        return None
-
-    creds = Credentials(
-        server=str(cluster.get("server", "")),
-        ca_file=file_or_data(cluster, "certificate-authority", ".crt"),
-        cert_file=file_or_data(user, "client-certificate", ".crt"),
-        key_file=file_or_data(user, "client-key", ".key"),
-        token=user.get("token"),
-        insecure=bool(cluster.get("insecure-skip-tls-verify", False)),
-    )
-    if not creds.server.startswith("https://"):
-        raise KubeconfigError(f"kubeconfig {path}: server {creds.server!r} is not an https URL")
-    return creds, keep
+def _tls_context(credentials: Credentials) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=credentials.ca_file)
+    if credentials.insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if credentials.cert_file and credentials.key_file:
+        ctx.load_cert_chain(credentials.cert_file, credentials.key_file)
+    return ctx
 
 
 @dataclass
@@ -116,7 +118,6 @@ class KubeClient:
     credentials: Credentials
     timeout: float = 30.0
     user_agent: str = "muster"
-    _keep: list[Any] = field(default_factory=list, repr=False)
     _local: threading.local = field(default_factory=threading.local, repr=False)
     throttle_wait: float = 30.0
     """How long, in all, a request keeps retrying on HTTP 429 before raising."""
@@ -125,52 +126,34 @@ class KubeClient:
     _connections: list[http.client.HTTPSConnection] = field(default_factory=list, repr=False)
 
     @classmethod
-    def from_kubeconfig(cls, path: str | Path, context: str | None = None) -> KubeClient:
-        creds, keep = load_kubeconfig(path, context)
-        return cls(creds, _keep=keep)
+    def connect(
+        cls, kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None
+    ) -> KubeClient:
+        """Credentials found as kubectl finds them (admission.credentials.source_for):
+        --kubeconfig, else $KUBECONFIG (merged), else ~/.kube/config, else the pod's."""
+        return cls(Credentials.load(source_for(kubeconfig, context)))
+
+    @classmethod
+    def from_kubeconfig(
+        cls, path: str | os.PathLike[str], context: str | None = None
+    ) -> KubeClient:
+        return cls(Credentials.load(KubeconfigSource((Path(path).expanduser(),), context)))
 
     @classmethod
     def in_cluster(cls) -> KubeClient:
         """Credentials of the pod's service account (token and CA mounted by Kubernetes)."""
-        import os
-
-        root = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-        host = os.environ.get("KUBERNETES_SERVICE_HOST")
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        if not host or not (root / "token").exists():
-            raise KubeconfigError(
-                "no kubeconfig given and not running in a pod: pass --kubeconfig or set KUBECONFIG"
-            )
-        return cls(
-            Credentials(
-                server=f"https://{host}:{port}",
-                ca_file=str(root / "ca.crt"),
-                cert_file=None,
-                key_file=None,
-                token=(root / "token").read_text().strip(),
-            )
-        )
-
-    def _context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=self.credentials.ca_file)
-        if self.credentials.insecure:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        if self.credentials.cert_file and self.credentials.key_file:
-            ctx.load_cert_chain(self.credentials.cert_file, self.credentials.key_file)
-        return ctx
+        return cls(Credentials.load(InClusterSource()))
 
     def _connection(self) -> http.client.HTTPSConnection:
         conn: http.client.HTTPSConnection | None = getattr(self._local, "conn", None)
+        tls_version = self.credentials.tls_version
+        if conn is not None and getattr(self._local, "tls_version", tls_version) != tls_version:
+            conn.close()  # renewed certificates (or a new server): connect with those
+            conn = None
         if conn is None:
-            url = urlsplit(self.credentials.server)
-            conn = http.client.HTTPSConnection(
-                url.hostname or "127.0.0.1",
-                url.port or 443,
-                context=self._context(),
-                timeout=self.timeout,
-            )
+            conn = _Connection(self.credentials, _tls_context(self.credentials), self.timeout)
             self._local.conn = conn
+            self._local.tls_version = tls_version
             with self._lock:
                 self._connections.append(conn)
         return conn
@@ -185,19 +168,27 @@ class KubeClient:
         params: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Send one request; return the decoded JSON body, or raise ApiError on non-2xx."""
-        if params:
-            path = f"{path}?{urlencode(params)}"
+        target = f"{path}?{urlencode(params)}" if params else path
         payload = None if body is None else json.dumps(body).encode()
         headers = {"Accept": JSON, "User-Agent": self.user_agent}
         if payload is not None:
             headers["Content-Type"] = content_type
-        if self.credentials.token:
-            headers["Authorization"] = f"Bearer {self.credentials.token}"
+        credentials = self.credentials
         # 429 (throttled, or a new CRD's storage still initializing) is retried after the
-        # server's Retry-After, for at most `throttle_wait` seconds in all.
+        # server's Retry-After, for at most `throttle_wait` seconds in all. A 401 is retried
+        # once, with renewed credentials, if renewing them gave anything new.
         waited = 0.0
+        renewed = False
         while True:
-            status, data, retry_after = self._send(method, path, payload, headers)
+            version = credentials.version
+            authorization = credentials.authorization()
+            if authorization:
+                headers["Authorization"] = authorization
+            status, data, retry_after = self._send(method, target, payload, headers)
+            if status == 401 and not renewed:
+                renewed = True
+                if credentials.renew(version):
+                    continue
             if status != 429 or waited >= self.throttle_wait:
                 break
             delay = min(retry_after, self.throttle_wait - waited)
@@ -212,8 +203,18 @@ class KubeClient:
             decoded = {"message": data[:200].decode(errors="replace").strip()}
         if status >= 300:
             message = decoded.get("message") if isinstance(decoded, dict) else None
-            raise ApiError(status, method, path, str(message or data[:200]))
+            raise self._error(status, method, target, str(message or data[:200]), params)
         return decoded
+
+    def _error(
+        self, status: int, method: str, path: str, message: str, params: Mapping[str, str] | None
+    ) -> ApiError:
+        explanation = None
+        if status == 401:
+            explanation = access.unauthorized(method, path, self.credentials)
+        elif status == 403:
+            explanation = access.forbidden(method, path, params, message)
+        return ApiError(status, method, path, message, explanation)
 
     def _send(
         self, method: str, path: str, payload: bytes | None, headers: dict[str, str]
@@ -227,11 +228,11 @@ class KubeClient:
                 conn.request(method, path, body=payload, headers=headers)
                 response = conn.getresponse()
                 data = response.read()
-            except (ConnectionError, http.client.HTTPException, OSError):
+            except (ConnectionError, http.client.HTTPException, OSError) as exc:
                 conn.close()
                 self._local.conn = None
-                if attempt == 2:
-                    raise
+                if attempt == 2 or isinstance(exc, ssl.SSLCertVerificationError):
+                    raise ApiUnreachable(access.unreachable(self.credentials, exc)) from exc
                 continue
             try:
                 retry_after = float(response.getheader("Retry-After") or 1)
@@ -269,10 +270,10 @@ class KubeClient:
             conn.request("GET", path, headers={"User-Agent": self.user_agent})
             response = conn.getresponse()
             return response.status, response.read()
-        except (ConnectionError, http.client.HTTPException, OSError):
+        except (ConnectionError, http.client.HTTPException, OSError) as exc:
             conn.close()
             self._local.conn = None
-            raise
+            raise ApiUnreachable(access.unreachable(self.credentials, exc)) from exc
 
     def close(self) -> None:
         """Close every connection this client opened, from any thread."""
@@ -294,8 +295,8 @@ class WatchStream:
     ends the stream (after `timeoutSeconds`) or `close()` is called from another thread.
 
     Blocking, on a connection of its own (a watch holds it for minutes). An HTTP error raises
-    ApiError; an `ERROR` event (e.g. 410 Gone: the resourceVersion is too old) is yielded for
-    the caller to act on.
+    ApiError (a 401 first renews the credentials and asks once more); an `ERROR` event (e.g.
+    410 Gone: the resourceVersion is too old) is yielded for the caller to act on.
     """
 
     def __init__(self, client: KubeClient, path: str, params: Mapping[str, str]) -> None:
@@ -305,28 +306,48 @@ class WatchStream:
         self._conn: http.client.HTTPSConnection | None = None
         self._closed = threading.Event()
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def _open(self) -> tuple[http.client.HTTPSConnection, http.client.HTTPResponse]:
+        """Send the watch request; on 401, renew the credentials and send it once more."""
         client = self._client
-        url = urlsplit(client.credentials.server)
+        credentials = client.credentials
         # The server ends the stream after timeoutSeconds; the socket timeout only guards
         # against a peer that vanished without closing.
         wait = float(self._query.get("timeoutSeconds", "300")) + 60
-        conn = http.client.HTTPSConnection(
-            url.hostname or "127.0.0.1", url.port or 443, context=client._context(), timeout=wait
-        )
-        self._conn = conn
-        headers = {"Accept": JSON, "User-Agent": client.user_agent}
-        if client.credentials.token:
-            headers["Authorization"] = f"Bearer {client.credentials.token}"
+        renewed = False
+        while True:
+            version = credentials.version
+            headers = {"Accept": JSON, "User-Agent": client.user_agent}
+            authorization = credentials.authorization()
+            if authorization:
+                headers["Authorization"] = authorization
+            conn = _Connection(credentials, _tls_context(credentials), wait)
+            self._conn = conn
+            try:
+                conn.request("GET", f"{self.path}?{urlencode(self._query)}", headers=headers)
+                response = conn.getresponse()
+            except (ConnectionError, http.client.HTTPException, OSError) as exc:
+                conn.close()
+                if self._closed.is_set():
+                    raise
+                raise ApiUnreachable(access.unreachable(credentials, exc)) from exc
+            if response.status == 401 and not renewed:
+                renewed = True
+                if credentials.renew(version):
+                    conn.close()
+                    continue
+            return conn, response
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self._closed.is_set():
+            return
+        conn, response = self._open()
         try:
-            if self._closed.is_set():
-                return
-            conn.request("GET", f"{self.path}?{urlencode(self._query)}", headers=headers)
-            response = conn.getresponse()
             if response.status >= 300:
                 data = response.read()
                 message = data[:200].decode(errors="replace")
-                raise ApiError(response.status, "GET", self.path, message)
+                with contextlib.suppress(ValueError):
+                    message = str(json.loads(data).get("message") or message)
+                raise self._client._error(response.status, "GET", self.path, message, self._query)
             while not self._closed.is_set():
                 try:
                     line = response.readline()

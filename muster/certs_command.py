@@ -29,8 +29,7 @@ from typing import Any, Final, Literal
 import yaml
 from cryptography import x509
 
-from admission.kubeapi import ApiError, KubeClient, KubeconfigError
-from muster.view import kubeconfig_path
+from admission.kubeapi import ApiError, ApiUnreachable, KubeClient, KubeconfigError
 from webhook.configuration import IN_CLUSTER_SERVICE
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
 from webhook.decision import WebhookSettings
@@ -339,11 +338,8 @@ def _err(message: str) -> int:
 
 
 def _client(args: argparse.Namespace) -> tuple[KubeClient, str]:
-    path = kubeconfig_path(args.kubeconfig)
     try:
-        if path is None:
-            return KubeClient.in_cluster(), "the in-cluster service account"
-        client = KubeClient.from_kubeconfig(path, args.context)
+        client = KubeClient.connect(args.kubeconfig, args.context)
     except KubeconfigError as exc:
         raise CertsError(str(exc)) from None
     return client, str(client.credentials.server)
@@ -370,6 +366,8 @@ def run(args: argparse.Namespace) -> int:
         return _err(str(exc))
     except ApiError as exc:
         return _err(f"{exc} (cluster {where})")
+    except ApiUnreachable as exc:
+        return _err(str(exc))
     except OSError as exc:
         return _err(
             f"cannot reach the cluster at {where}: {exc.strerror or exc}; "
@@ -386,7 +384,7 @@ def _get(client: KubeClient, path: str, what: str) -> dict[str, Any] | None:
     except ApiError as exc:
         if exc.status == 404:
             return None
-        if exc.status in (401, 403):
+        if exc.status == 403:
             raise CertsError(
                 f"not allowed to read {what} ({exc.message}): run muster certs as a cluster "
                 "admin (it writes a Secret and patches a webhook configuration)"

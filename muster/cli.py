@@ -164,11 +164,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         group: argparse.ArgumentParser = getattr(args, "_group", parser)
         group.print_help()
         return 2
+    from admission.kubeapi import ApiError, ApiUnreachable, KubeconfigError
+
     try:
         return _module(command).run(args)
     except KeyboardInterrupt:
         print("muster: interrupted", file=sys.stderr)
         return 130
+    except (KubeconfigError, ApiUnreachable) as exc:
+        # What admins hit first (no such context, a server that does not answer): one line
+        # that names the cause, from any command that did not say it its own way.
+        print(f"muster {' '.join(command.words)}: {exc}", file=sys.stderr)
+        return 1
+    except ApiError as exc:
+        if exc.status not in (401, 403):
+            raise
+        print(f"muster {' '.join(command.words)}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

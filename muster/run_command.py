@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from admission.kubeapi import ApiError, KubeClient
+from admission.credentials import Credentials, KubeconfigSource, kopf_login, source_for
+from admission.kubeapi import ApiError, KubeClient, KubeconfigError
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
 from webhook.configuration import build_configuration
 from webhook.decision import WebhookSettings
@@ -47,9 +48,11 @@ CONFIG_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfiguratio
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig",
-        default=os.environ.get("KUBECONFIG"),
-        help="cluster to run against (default: $KUBECONFIG, else in-cluster config)",
+        default=None,
+        help="cluster to run against (default: the files $KUBECONFIG lists, else "
+        "~/.kube/config, else the pod's service account); any kubeconfig kubectl reads",
     )
+    parser.add_argument("--context", default=None, help="kubeconfig context (default: current)")
     parser.add_argument(
         "--local",
         action="store_true",
@@ -285,6 +288,7 @@ def _webhook_child_argv(args: argparse.Namespace, port: int) -> list[str]:
     argv += ["--webhook-server", args.webhook_server]
     for flag, value in (
         ("--kubeconfig", args.kubeconfig),
+        ("--context", args.context),
         ("--tls-cert", args.tls_cert),
         ("--tls-key", args.tls_key),
     ):
@@ -333,7 +337,7 @@ def stop_child(
         proc.stdout.close()
 
 
-def _run_split(args: argparse.Namespace) -> int:
+def _run_split(args: argparse.Namespace, credentials: Credentials) -> int:
     """The webhook in a child process, the controller in this one.
 
     Each gets its own interpreter and GIL: a plan cycle never delays an admission review (whose
@@ -345,7 +349,7 @@ def _run_split(args: argparse.Namespace) -> int:
     child = subprocess.Popen(_webhook_child_argv(args, port), preexec_fn=_die_with_parent)
     controller_args = argparse.Namespace(**{**vars(args), "no_webhook": True})
     try:
-        code = _run_one(controller_args, webhook_child=child)
+        code = _run_one(controller_args, credentials, webhook_child=child)
     finally:
         stop_child(child)
     if child.returncode not in (0, -signal.SIGTERM) and code == 0:
@@ -358,21 +362,28 @@ def run(args: argparse.Namespace) -> int:
     if args.no_controller and args.no_webhook:
         print("muster run: --no-controller and --no-webhook leave nothing to run", file=sys.stderr)
         return 2
-    if args.kubeconfig and not Path(args.kubeconfig).expanduser().exists():
-        print(f"muster run: kubeconfig {args.kubeconfig} does not exist", file=sys.stderr)
-        return 2
-    if args.local and not args.kubeconfig:
+    source = source_for(args.kubeconfig, args.context)
+    if args.local and not isinstance(source, KubeconfigSource):
         print("muster run --local needs --kubeconfig (or $KUBECONFIG)", file=sys.stderr)
         return 2
     if not args.local and not args.no_webhook and not (args.tls_cert and args.tls_key):
         print("muster run: give --tls-cert and --tls-key (in-cluster), or --local", file=sys.stderr)
         return 2
+    try:
+        credentials = Credentials.load(source)
+    except KubeconfigError as exc:
+        print(f"muster run: {exc}", file=sys.stderr)
+        return 2
     if not args.no_controller and not args.no_webhook and not args.one_process:
-        return _run_split(args)
-    return _run_one(args)
+        return _run_split(args, credentials)
+    return _run_one(args, credentials)
 
 
-def _run_one(args: argparse.Namespace, webhook_child: subprocess.Popen[bytes] | None = None) -> int:
+def _run_one(
+    args: argparse.Namespace,
+    credentials: Credentials,
+    webhook_child: subprocess.Popen[bytes] | None = None,
+) -> int:
     """Run what `args` asks for (webhook, controller or both) in this process, under kopf."""
     import kopf
 
@@ -388,8 +399,6 @@ def _run_one(args: argparse.Namespace, webhook_child: subprocess.Popen[bytes] | 
     if not args.verbose:
         # kopf logs every handled event at INFO: thousands of lines a second in a burst.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    if args.kubeconfig:
-        os.environ["KUBECONFIG"] = str(Path(args.kubeconfig).expanduser())
     webhook = not args.no_webhook
     settings = WebhookSettings(
         manage_jobs_without_queue_name=args.manage_jobs_without_queue_name,
@@ -404,9 +413,7 @@ def _run_one(args: argparse.Namespace, webhook_child: subprocess.Popen[bytes] | 
         certfile, keyfile, ca_bundle = str(tls.cert), str(tls.key), tls.ca_bundle
     else:
         certfile, keyfile, ca_bundle = args.tls_cert, args.tls_key, b""
-    client = (
-        KubeClient.from_kubeconfig(args.kubeconfig) if args.kubeconfig else KubeClient.in_cluster()
-    )
+    client = KubeClient(credentials)
     state = load_state(client) if webhook else WebhookState()
     if webhook and state.queues is None:
         logging.warning(
@@ -459,12 +466,13 @@ def _run_one(args: argparse.Namespace, webhook_child: subprocess.Popen[bytes] | 
             peering=args.peering,
         )
 
-    @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        # A private registry does not get kopf's default login handlers.
-        if os.environ.get("KUBECONFIG"):
-            return kopf.login_with_kubeconfig(**kwargs)
-        return kopf.login_with_service_account(**kwargs)
+    # kopf logs in with the same credentials as muster's own client, and their renewal. A
+    # private registry gets none of kopf's default login handlers; of those, login_with_kubeconfig
+    # reads kubeconfigs by hand (no exec plugins, no tokenFile), and login_via_client runs the
+    # official loader but prefers a pod's service account to a given kubeconfig, reads the
+    # $KUBECONFIG of import time into the library's global configuration, and knows neither
+    # --kubeconfig nor --context.
+    kopf.on.login(registry=registry)(kopf_login(credentials))
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:

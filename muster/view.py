@@ -20,12 +20,12 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
 
 from admission.cache import Cache
+from admission.credentials import Credentials, InClusterSource, source_for
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
 from admission.status import gang_status, queue_listing, queue_positions, queue_status
 from policies import Decisions, PolicyError, format_quantity, plan
@@ -136,7 +136,7 @@ class Source:
             return f"the controller's status service at {self.where}"
         detail = f"; {self.detail}" if self.detail else ""
         return (
-            f"the API, read with kubeconfig {self.where} and planned here by the controller's "
+            f"the API, read with {self.where} and planned here by the controller's "
             f"cache and planner{detail}"
         )
 
@@ -216,18 +216,6 @@ class ServiceView:
         return dict(body["queues"])
 
 
-def kubeconfig_path(given: str | None) -> Path | None:
-    """--kubeconfig, else the first file of $KUBECONFIG, else ~/.kube/config (as kubectl)."""
-    if given:
-        return Path(given).expanduser()
-    env = os.environ.get("KUBECONFIG")
-    if env:
-        paths = [Path(p).expanduser() for p in env.split(os.pathsep) if p]
-        return next((p for p in paths if p.exists()), paths[0] if paths else None)
-    home = Path.home() / ".kube" / "config"
-    return home if home.exists() else None
-
-
 class ApiView:
     """The controller's view, rebuilt here from one LIST of each kind and one plan (read-only).
 
@@ -253,21 +241,17 @@ class ApiView:
         policy: str = "drf",
         timeout: float = 30.0,
     ) -> ApiView:
-        path = kubeconfig_path(kubeconfig)
+        source = source_for(kubeconfig, context)
         try:
-            if path is not None:
-                client = KubeClient.from_kubeconfig(path, context)
-                where = str(path) + (f" context {context}" if context else "")
-            else:
-                client = KubeClient.in_cluster()
-                where = "in-cluster service account"
+            client = KubeClient(Credentials.load(source))
         except KubeconfigError as exc:
-            if path is None:
+            if isinstance(source, InClusterSource):
                 raise ViewError(
                     "no kubeconfig: pass --kubeconfig or set KUBECONFIG (read access is "
                     f"enough), or point --status-url/${STATUS_URL_ENV} at muster's status service"
                 ) from None
             raise ViewError(str(exc)) from None
+        where = client.credentials.describe()
         client.timeout = timeout
         client.user_agent = "muster-cli"
         return cls(client, where, policy)
@@ -284,20 +268,9 @@ class ApiView:
 
         try:
             listing = list_everything(self.client)
-        except ApiError as exc:
-            hint = (
-                ": muster's read-only commands need list on queues.muster.dev, nodes, pods and jobs"
-                if exc.status in (401, 403)
-                else ""
-            )
-            raise ViewError(
-                f"the API refused {exc.method} {exc.path}: {exc.message}{hint}"
-            ) from None
-        except OSError as exc:
-            raise ViewError(
-                f"cannot reach the API server {self.client.credentials.server}: {exc}; is the "
-                "cluster up and the kubeconfig current?"
-            ) from None
+        except (ApiError, OSError) as exc:
+            # 401, RBAC 403 and an unreachable server each say what to do (admission/access.py).
+            raise ViewError(str(exc)) from None
         planned = plan_listing(listing, self.policy)
         self.admit_now, self.now = planned.admit_now, planned.now
         self.source = Source("api", self.where, planned.detail)

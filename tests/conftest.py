@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,14 +146,23 @@ class MusterProcess:
 MUSTER_TEST_FLAGS = ["--status-port", "0", "--metrics-port", "0", "--deadlock-grace", "3"]
 
 
-def start_muster(kubeconfig: Path, *extra: str, timeout: float = 90) -> MusterProcess:
-    """Start `muster run --local` and wait until the webhook and the controller are ready."""
+def start_muster(
+    kubeconfig: Path | None,
+    *extra: str,
+    timeout: float = 90,
+    env: Mapping[str, str] | None = None,
+) -> MusterProcess:
+    """Start `muster run --local` and wait until the webhook and the controller are ready.
+
+    Without `kubeconfig`, muster finds one as kubectl does ($KUBECONFIG in `env`)."""
+    where = ["--kubeconfig", str(kubeconfig)] if kubeconfig is not None else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "muster.cli", "run", "--local", "--kubeconfig", str(kubeconfig)]
+        [sys.executable, "-m", "muster.cli", "run", "--local", *where]
         + [*MUSTER_TEST_FLAGS, *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env={**os.environ, **env} if env is not None else None,
     )
     lines: queue.Queue[str | None] = queue.Queue()
     output: list[str] = []

@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import KubeClient
-from tests.conftest import MusterProcess
+from admission.kubeapi import ApiError, KubeClient
+from simulator.controlplane.build import Binaries
+from tests.conftest import REPO, MusterProcess
 from tests.controller_helpers import (
     admitted,
     create_queue,
@@ -195,10 +196,13 @@ def test_read_access_is_enough_and_missing_access_is_named(
     kube: KubeClient, namespace: str, muster: MusterProcess, kubeconfig: Path, tmp_path: Path
 ) -> None:
     """The CLI only LISTs and GETs: a service account that may list and get what it reads can
-    run it; one that may not list Queues gets a one-line error that says what is missing."""
+    run it; one that may not list Queues gets a one-line error that says what is missing and
+    which ClusterRole in manifests/ grants it, and the command it prints makes it work."""
     group = "rbac.authorization.k8s.io"
     rbac = f"/apis/{group}/v1"
     name = f"{namespace}-viewer"
+    granted: str | None = None
+    created_role = False
     rules = [
         {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list", "get"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "get"]},
@@ -246,11 +250,59 @@ def test_read_access_is_enough_and_missing_access_is_named(
             what="the narrowed role to take effect",
         )
         assert done.returncode == 1 and done.stderr.count("\n") == 1
-        assert done.stderr.startswith("muster queues: the API refused GET /apis/muster.dev/")
-        assert "need list on queues.muster.dev, nodes, pods and jobs" in done.stderr
+        said = done.stderr.strip()
+        assert said.startswith(
+            f'muster queues: forbidden: user "system:serviceaccount:{namespace}:{name}" may not '
+            "list queues.muster.dev cluster-wide (HTTP 403 on GET /apis/muster.dev/v1alpha1/queues"
+        ), said
+        assert (
+            '); the ClusterRole "muster" in manifests/base/rbac.yaml grants it: kubectl create '
+            "clusterrolebinding "
+        ) in said
+
+        # What it says to do works: bind the ClusterRole from manifests/, as told.
+        if not _exists(kube, f"{rbac}/clusterroles/muster"):
+            kube.create(f"{rbac}/clusterroles", _manifest_cluster_role())
+            created_role = True
+        command = said.rsplit(" grants it: ", 1)[1].split()
+        assert command[:3] == ["kubectl", "create", "clusterrolebinding"]
+        granted = command[3]
+        bound = subprocess.run(
+            [str(Binaries.at().kubectl), "--kubeconfig", str(kubeconfig), *command[1:]],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert bound.returncode == 0, bound.stderr
+        wait_for(
+            lambda: muster_cli("queues", "--kubeconfig", str(viewer)).returncode == 0,
+            timeout=30,
+            what="the binding muster queues suggested to take effect",
+        )
     finally:
         kube.delete(f"{rbac}/clusterrolebindings/{name}")
         kube.delete(f"{rbac}/clusterroles/{name}")
+        if granted:
+            kube.delete(f"{rbac}/clusterrolebindings/{granted}")
+        if created_role:
+            kube.delete(f"{rbac}/clusterroles/muster")
+
+
+def _exists(kube: KubeClient, path: str) -> bool:
+    try:
+        kube.get(path)
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def _manifest_cluster_role() -> dict[str, Any]:
+    import yaml
+
+    docs = yaml.safe_load_all((REPO / "manifests/base/rbac.yaml").read_text())
+    return dict(next(d for d in docs if d["kind"] == "ClusterRole"))
 
 
 def _with_token(kubeconfig: Path, token: str) -> str:

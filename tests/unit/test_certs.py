@@ -243,4 +243,7 @@ def test_an_unreachable_cluster_is_one_line_and_exit_1(tmp_path: Any) -> None:
     done = muster_certs("--kubeconfig", str(kubeconfig))
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1
-    assert done.stderr.startswith("muster certs: cannot reach the cluster at https://127.0.0.1:1")
+    assert done.stderr.startswith(
+        f"muster certs: cannot reach the API server https://127.0.0.1:1 (kubeconfig {kubeconfig}, "
+        "context x, user u): Connection refused;"
+    )

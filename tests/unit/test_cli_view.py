@@ -325,15 +325,3 @@ def test_no_kubeconfig_anywhere_is_a_one_line_error(
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(ViewError, match=r"^no kubeconfig: pass --kubeconfig"):
         ApiView.open(None, None)
-
-
-def test_kubeconfig_list_takes_the_first_file_that_exists(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    from muster.view import kubeconfig_path
-
-    real = tmp_path / "real"
-    real.write_text("{}")
-    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'gone'}:{real}")
-    assert kubeconfig_path(None) == real
-    assert kubeconfig_path("~/x") == Path.home() / "x"

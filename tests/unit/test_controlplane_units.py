@@ -6,11 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from admission.kubeapi import KubeconfigError, load_kubeconfig
 from simulator.controlplane import build, versions
 from simulator.controlplane.cluster import NodeShape, free_ports
 from simulator.controlplane.pki import create_cluster_pki
@@ -163,26 +161,6 @@ def test_node_shape_allocatable_includes_extended_resources() -> None:
         "pods": "110",
         "nvidia.com/gpu": "4",
     }
-
-
-def test_kubeconfig_errors_name_the_file_and_problem(tmp_path: Path) -> None:
-    with pytest.raises(KubeconfigError, match="cannot read kubeconfig"):
-        load_kubeconfig(tmp_path / "absent")
-    bad = tmp_path / "kc"
-    bad.write_text(
-        yaml.safe_dump(
-            {
-                "current-context": "x",
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
-                "users": [{"name": "u", "user": {}}],
-            }
-        )
-    )
-    with pytest.raises(KubeconfigError, match="is not an https URL"):
-        load_kubeconfig(bad)
-    with pytest.raises(KubeconfigError, match="no context named 'nope'"):
-        load_kubeconfig(bad, context="nope")
 
 
 def test_api_errors_with_plain_text_bodies_are_api_errors() -> None:
