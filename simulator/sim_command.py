@@ -132,6 +132,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave the control plane it brought up running (inspect with kubectl)",
     )
     kwok.add_argument(
+        "--muster-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="pass ARG to the `muster run --local` the replay starts (repeat for more), e.g. "
+        "--muster-arg=--no-pin to replay without pinning admitted gangs",
+    )
+    kwok.add_argument(
         "--min-clog-timeout",
         type=float,
         default=30.0,
@@ -238,6 +246,7 @@ def _run_kwok(trace: Trace, engines: list[Admission], args: argparse.Namespace) 
         stall=args.stall,
         min_clog_timeout=args.min_clog_timeout,
         out_dir=out_dir,
+        muster_args=tuple(args.muster_arg),
     )
     show_progress = not args.quiet and sys.stderr.isatty()
     figures: dict[str, dict[str, Any]] = {}
