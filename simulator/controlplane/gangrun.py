@@ -152,9 +152,10 @@ class GangRunner:
             and (p.get("status") or {}).get("phase") in ("Pending", "Running")
         ]
         if not live:
-            if self.started.pop(key, None) is not None and any(
-                (p.get("status") or {}).get("phase") == "Succeeded" for p in members
-            ):
+            # A run whose completion time has come completed (its pods may be listed no more:
+            # live_only); one whose pods went before it was evicted.
+            ends = self.started.pop(key, None)
+            if ends is not None and ends <= now:
                 self.completed.add(key)
             return
         running = [p for p in live if p["status"].get("phase") == "Running"]
@@ -162,11 +163,8 @@ class GangRunner:
         if at is None and key in self.completed and running:
             # Pods of a gang whose run is over: a second wave, not a gang. Each gets the
             # gang's runtime from now.
-            annotations = running[0]["metadata"]["annotations"]
-            try:
-                runtime = parse_duration(annotations[GANG_RUNTIME], field=GANG_RUNTIME)
-            except DurationError as exc:
-                self.errors.append(f"{key[0]}/{key[1]}: {exc}")
+            runtime = self._runtime(key, running[0])
+            if runtime is None:
                 return
             at = self.started[key] = now + runtime
             self.stragglers[key] = self.stragglers.get(key, 0) + len(running)
@@ -174,11 +172,8 @@ class GangRunner:
             minimum = self._min_members(live[0])
             if minimum is None or len(running) < minimum:
                 return
-            annotations = live[0]["metadata"]["annotations"]
-            try:
-                runtime = parse_duration(annotations[GANG_RUNTIME], field=GANG_RUNTIME)
-            except DurationError as exc:
-                self.errors.append(f"{key[0]}/{key[1]}: {exc}")
+            runtime = self._runtime(key, live[0])
+            if runtime is None:
                 return
             at = self.started[key] = now + runtime
             self.runs += 1
@@ -193,6 +188,14 @@ class GangRunner:
                 continue
             path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
             self._patches.append((uid, path, stamp))
+
+    def _runtime(self, key: tuple[str, str], pod: dict[str, Any]) -> float | None:
+        """The gang's runtime from a member's annotation; None (and an error kept) if bad."""
+        try:
+            return parse_duration(pod["metadata"]["annotations"][GANG_RUNTIME], field=GANG_RUNTIME)
+        except DurationError as exc:
+            self.errors.append(f"{key[0]}/{key[1]}: {exc}")
+            return None
 
     def _min_members(self, pod: dict[str, Any]) -> int | None:
         meta = pod["metadata"]
