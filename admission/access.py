@@ -24,7 +24,8 @@ ROLE_GRANTS: Mapping[str, tuple[tuple[str, str, str, str | None], ...]] = {
     # ClusterRole name -> (API group, resource, verbs, the only object name or None)
     "muster": (
         ("batch", "jobs", "get list watch patch", None),
-        ("", "pods", "list watch", None),
+        ("batch", "jobs/status", "patch", None),
+        ("", "pods", "list watch patch", None),
         ("", "nodes", "list watch", None),
         ("", "namespaces", "list watch", None),
         ("", "events", "create", None),
