@@ -612,6 +612,16 @@ def _reblock(heads: Sequence[str], views: Sequence[_View], out: dict[str, Reason
             out[gang_id] = now_blocked
 
 
+def _holds_reservation(holder: str, out: dict[str, Reason]) -> None:
+    reason = out.get(holder)
+    if (
+        reason is not None
+        and reason.code == "NoFit"
+        and "holds a reservation" not in reason.message
+    ):
+        out[holder] = reasons.no_fit_reserving(reason)
+
+
 def _fill_all(reasons: Mapping[str, Reason], out: dict[str, Reason]) -> None:
     out.update(reasons)
 
@@ -677,6 +687,10 @@ class _Cycle:
             self._admit(views)  # 5. and 6.
             if any(self.tree.queues[view[0]].preemption.enabled for view in views):
                 self._preempt(views)  # 7.
+            if self.aged and self.holder is not None:
+                # The aged holder took the reservation before the plan's order reached it:
+                # its own reason says so too.
+                self.parts.append(partial(_holds_reservation, self.holder.id))
         finally:
             for leaf, demand in reversed(self.taken):
                 self.quota.add(leaf, [(i, -amount) for i, amount in demand])

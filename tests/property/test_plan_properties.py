@@ -269,11 +269,10 @@ def test_at_most_one_reservation_and_every_wait_for_it_names_it(
     for reason in decisions.pending.values():
         if reason.code != "Reserved":
             continue
-        if "admitted by preemption in this plan" in reason.message:
-            # The holder was admitted by the preemption phase, after the plan kept these off
-            # its nodes: it holds no reservation any more, and is admitted.
-            holder = reason.message.split("big gang ", 1)[1].split(" ", 1)[0]
-            assert holder in admitted, reason.message
+        named = reason.message.split("big gang ", 1)[1].split(" ", 1)[0].rstrip(",")
+        if named in admitted:
+            # The holder was admitted later in the same plan (on the room the reservation kept,
+            # or by the preemption phase): it holds no reservation any more.
             continue
         assert holders
         assert f"big gang {holders[0]}," in reason.message
