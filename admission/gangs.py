@@ -28,12 +28,11 @@ from policies import (
 )
 from policies.durations import (
     DurationError,
-    parse_clog_timeout,
     parse_duration,
     parse_runtime_limit,
 )
-from policies.elastic import elastic_problem
-from policies.model import NodeTerm, PolicyError, parse_priority
+from policies.kinds import FieldError, GangFields, job_fields, job_size_of, queue_of
+from policies.model import NodeTerm
 from policies.preemption import parse_preemption
 from policies.selectors import LabelSelector, parse_label_selector
 from policies.submitted import StampError, parse_stamp
@@ -321,7 +320,7 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
     template = spec.get("template") or {}
     pod_spec = template.get("spec") or {}
     pod_labels: Mapping[str, str] = (template.get("metadata") or {}).get("labels") or {}
-    queue = annotations.get(QUEUE) or labels.get(QUEUE) or ""
+    queue = queue_of(labels)
     error: str | None = None
 
     # An admitted elastic Job has its parallelism (and completions) lowered: its gang is the
@@ -338,9 +337,7 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
             pinned = decode_placement(annotations[PLACEMENT], f"annotation {PLACEMENT}")
         except PinError as exc:
             error = str(exc)
-    size = 1 if original.parallelism is None else original.parallelism
-    if original.completions is not None:
-        size = min(size, original.completions)
+    size = max(job_size_of(original.parallelism, original.completions), 1)
     admitted_at: float | None = None
     admitted_size = 0
     if ADMITTED in annotations:
@@ -348,47 +345,20 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
             admitted_at, admitted_size = parse_admitted(annotations[ADMITTED])
         except GangParseError as exc:
             error = str(exc)
-    size = max(size, 1)
-    minimum_text = annotations.get(MIN_MEMBERS) or labels.get(MIN_MEMBERS)
-    minimum: int | None = None
-    if minimum_text is not None:
-        try:
-            minimum = int(minimum_text)
-        except ValueError:
-            error = f"{MIN_MEMBERS}: {minimum_text!r} is not an integer"
-        if minimum is not None and not 1 <= minimum <= size:
-            minimum = None
-    if minimum is not None:
-        problem = elastic_problem({**spec, "completions": original.completions}, size, minimum)
-        if problem is not None:
-            error = f"{MIN_MEMBERS}: {problem}"
+    # The gang fields, read as the webhook reads them (one adapter: policies.kinds); a bad one
+    # keeps the gang waiting with the webhook's refusal message.
+    try:
+        fields = job_fields(
+            {**spec, "completions": original.completions}, labels, annotations, size
+        )
+    except FieldError as exc:
+        error = str(exc)
+        fields = GangFields(size)
     try:
         stamp = parse_stamp(annotations.get(SUBMITTED, ""), f"{namespace}/{name}")
     except StampError as exc:
         error = str(exc)
         stamp = SubmitStamp(0.0, 0, f"{namespace}/{name}")
-    clog_timeout: float | None = None
-    # A MiniCluster's Job has it as a label (the webhook puts it in spec.jobLabels).
-    clog_text = annotations.get(CLOG_TIMEOUT) or labels.get(CLOG_TIMEOUT)
-    if clog_text is not None:
-        try:
-            clog_timeout = parse_clog_timeout(clog_text, CLOG_TIMEOUT)
-        except DurationError as exc:
-            error = str(exc)
-    priority = 0
-    priority_text = annotations.get(PRIORITY) or labels.get(PRIORITY)
-    if priority_text is not None:
-        try:
-            priority = parse_priority(priority_text, PRIORITY)
-        except PolicyError as exc:
-            error = str(exc)
-    elastic_after = 0.0
-    elastic_text = annotations.get(ELASTIC_AFTER) or labels.get(ELASTIC_AFTER)
-    if elastic_text is not None:
-        try:
-            elastic_after = parse_duration(elastic_text, field=ELASTIC_AFTER)
-        except DurationError as exc:
-            error = str(exc)
     # A MiniCluster's spec.deadlineSeconds reaches its Job here (the operator copies it).
     runtime_limit: float | None = None
     try:
@@ -431,9 +401,9 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         queue=queue,
         pod_requests=requests,
         size=size,
-        min_size=minimum if minimum is not None and minimum < size else None,
-        priority=priority,
-        elastic_after=elastic_after,
+        min_size=fields.minimum if fields.minimum < size else None,
+        priority=fields.priority,
+        elastic_after=fields.elastic_after,
         submitted=stamp,
         one_pod_per_node=_one_pod_per_node(pod_spec, pod_labels, preferred=kind == "MiniCluster"),
         node_selector=dict(pod_spec.get("nodeSelector") or {}),
@@ -459,7 +429,7 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         finished=_condition(status, "Complete") or _condition(status, "Failed"),
         ready=int(status.get("ready") or 0),
         succeeded=int(status.get("succeeded") or 0),
-        clog_timeout=clog_timeout,
+        clog_timeout=fields.clog_timeout,
         requeue_at=requeue_at,
         kind=kind,
         gang_label=pod_labels.get(GANG) or name,

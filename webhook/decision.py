@@ -12,19 +12,15 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from policies.durations import DurationError, parse_clog_timeout, parse_duration
-from policies.elastic import elastic_problem
-from policies.model import PolicyError, parse_priority
-from policies.vocabulary import (
-    CLOG_TIMEOUT,
-    ELASTIC_AFTER,
-    GANG,
-    GANG_KIND,
-    MIN_MEMBERS,
-    PRIORITY,
-    QUEUE,
-    SUBMITTED,
+from policies.kinds import (
+    FieldError,
+    job_fields,
+    job_gang_size,
+    minicluster_fields,
+    minicluster_job_labels,
+    queue_of,
 )
+from policies.vocabulary import GANG, GANG_KIND, QUEUE, SUBMITTED
 
 MINICLUSTER_GROUP: Final = "flux-framework.org"
 
@@ -74,8 +70,8 @@ def resolve_queue(
     """
     if namespace in settings.excluded_namespaces:
         return None
-    if labels.get(QUEUE):
-        return labels[QUEUE]
+    if queue := queue_of(labels):
+        return queue
     if owned:
         return None
     if namespace_labels.get(QUEUE):
@@ -85,80 +81,10 @@ def resolve_queue(
     return None
 
 
-def _int_field(value: object, where: str, fix: str) -> int:
-    if isinstance(value, bool):
-        raise AdmissionRejected(f"{where}: {value!r} is not an integer; {fix}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        text = value.strip()
-        if text.lstrip("-").isdigit():
-            return int(text)
-    raise AdmissionRejected(f"{where}: {value!r} is not an integer; {fix}")
-
-
-def _check_min_members(value: object, size: int, where: str) -> int:
-    minimum = _int_field(value, where, f"set it to a whole number from 1 to {size}")
-    if minimum < 1 or minimum > size:
-        raise AdmissionRejected(
-            f"{where}: {minimum} is out of range; the gang has {size} members, "
-            f"so set it to a whole number from 1 to {size}"
-        )
-    return minimum
-
-
-def check_priority(value: object, where: str) -> int:
-    try:
-        return parse_priority(value, where)
-    except PolicyError as exc:
-        raise AdmissionRejected(str(exc)) from None
-
-
-def check_elastic_after(value: object, where: str) -> float:
-    try:
-        return parse_duration(str(value), field=where)
-    except DurationError as exc:
-        raise AdmissionRejected(str(exc)) from None
-
-
-def check_clog_timeout(value: object, where: str) -> float:
-    try:
-        return parse_clog_timeout(value, where)
-    except DurationError as exc:
-        raise AdmissionRejected(str(exc)) from None
-
-
-def _check_gang_fields(values: Mapping[str, str], source: str) -> dict[str, str]:
-    """Validate priority, elastic-after and clog-timeout in `values` (annotations or labels);
-    the ones set, as a MiniCluster's Job carries them (`admission.gangs.job_record` reads each
-    from the Job's annotation, else its label)."""
-    found: dict[str, str] = {}
-    if PRIORITY in values:
-        check_priority(values[PRIORITY], f"{source} {PRIORITY}")
-        found[PRIORITY] = str(values[PRIORITY]).strip()
-    if ELASTIC_AFTER in values:
-        check_elastic_after(values[ELASTIC_AFTER], f"{source} {ELASTIC_AFTER}")
-        found[ELASTIC_AFTER] = str(values[ELASTIC_AFTER]).strip()
-    if CLOG_TIMEOUT in values:
-        check_clog_timeout(values[CLOG_TIMEOUT], f"{source} {CLOG_TIMEOUT}")
-        found[CLOG_TIMEOUT] = str(values[CLOG_TIMEOUT]).strip()
-    return found
-
-
 def _queue_warning(queue: str, known_queues: Collection[str] | None) -> tuple[str, ...]:
     if known_queues is not None and queue not in known_queues:
         return (f'queue "{queue}" does not exist yet; the job stays suspended until it does',)
     return ()
-
-
-def job_gang_size(spec: Mapping[str, Any]) -> int:
-    """A Job's gang size: parallelism, or completions if smaller (both default to 1)."""
-    parallelism = spec.get("parallelism")
-    completions = spec.get("completions")
-    size = 1 if parallelism is None else int(parallelism)
-    if completions is not None:
-        size = min(size, int(completions))
-    return size
 
 
 def _controller_owner(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -207,15 +133,10 @@ def decide_job(
             "spec.parallelism: the gang has 0 members; muster admits whole gangs, so set "
             "spec.parallelism (and spec.completions) to at least 1"
         )
-    for source, values in (("annotation", annotations), ("label", labels)):
-        if MIN_MEMBERS in values:
-            where = f"{source} {MIN_MEMBERS}"
-            problem = elastic_problem(
-                spec, size, _check_min_members(values[MIN_MEMBERS], size, where)
-            )
-            if problem is not None:
-                raise AdmissionRejected(f"{where}: {problem}")
-        _check_gang_fields(values, source)
+    try:
+        job_fields(spec, labels, annotations, size)
+    except FieldError as exc:
+        raise AdmissionRejected(str(exc)) from None
 
     name = meta.get("name") or ""
     from_minicluster = is_minicluster_ref(owner)
@@ -255,22 +176,13 @@ def decide_minicluster(
     queue = resolve_queue(labels, namespace, namespace_labels, settings, owned=False)
     if queue is None:
         return Decision(managed=False)
-    size = _int_field(spec.get("size", 1), "spec.size", "set spec.size to the number of pods")
-    if size < 1:
-        raise AdmissionRejected(
-            "spec.size: the MiniCluster has 0 members; set spec.size to at least 1"
-        )
-    minimum = size
-    if spec.get("minSize") is not None:
-        minimum = _check_min_members(spec["minSize"], size, "spec.minSize")
-    if MIN_MEMBERS in annotations:
-        minimum = _check_min_members(annotations[MIN_MEMBERS], size, f"annotation {MIN_MEMBERS}")
-    # Priority, elastic-after and clog-timeout travel to the MiniCluster's Job as labels, like
-    # the minimum: the operator copies spec.jobLabels onto the Job, the only place the
-    # controller reads gang fields from.
-    job_labels = {QUEUE: queue, MIN_MEMBERS: str(minimum)}
-    job_labels.update(_check_gang_fields(labels, "label"))
-    job_labels.update(_check_gang_fields(annotations, "annotation"))
+    try:
+        _, fields = minicluster_fields(spec, labels, annotations)
+    except FieldError as exc:
+        raise AdmissionRejected(str(exc)) from None
+    # The minimum, priority, elastic-after and clog-timeout travel to the MiniCluster's Job as
+    # labels: the operator copies spec.jobLabels onto the Job, where the controller reads them.
+    job_labels = minicluster_job_labels(queue, fields)
     patch: MergePatch = {
         "metadata": {
             "annotations": {QUEUE: queue, SUBMITTED: stamp},

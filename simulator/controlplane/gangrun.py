@@ -24,7 +24,8 @@ from typing import Any
 
 from admission.kubeapi import ApiError, KubeClient
 from policies.durations import DurationError, parse_duration
-from policies.vocabulary import COMPLETE_AT, GANG, GANG_RUNTIME, MIN_MEMBERS
+from policies.kinds import FieldError, job_gang_size, read_gang_fields
+from policies.vocabulary import COMPLETE_AT, GANG, GANG_RUNTIME
 
 JOB_NAME = "batch.kubernetes.io/job-name"
 
@@ -216,12 +217,15 @@ class GangRunner:
                     if exc.status != 404:
                         self.errors.append(exc.message)
                     return None
-            values = {
-                **(body["metadata"].get("labels") or {}),
-                **(body["metadata"].get("annotations") or {}),
-            }
-            spec = body.get("spec") or {}
-            self._minimum[ref] = int(values.get(MIN_MEMBERS) or spec.get("parallelism") or 1)
+            meta = body.get("metadata") or {}
+            size = max(job_gang_size(body.get("spec") or {}), 1)
+            try:  # the gang's minimum as the controller reads it (policies.kinds)
+                minimum = read_gang_fields(
+                    meta.get("labels") or {}, meta.get("annotations") or {}, size
+                ).minimum
+            except FieldError:
+                minimum = size
+            self._minimum[ref] = minimum
         return self._minimum[ref]
 
     def _loop(self) -> None:

@@ -56,8 +56,10 @@ def job(
 
 
 def test_job_record_reads_the_gang() -> None:
-    record = job_record(job("a", annotations={"muster.dev/min-members": "2"}))
-    assert record.gang.size == 4 and record.gang.min == 2
+    body = job("a", annotations={"muster.dev/min-members": "2"})
+    body["spec"]["completionMode"] = "Indexed"  # a NonIndexed Job cannot be admitted smaller
+    record = job_record(body)
+    assert record.gang.size == 4 and record.gang.min == 2 and record.parse_error is None
     assert record.gang.pod_requests == Resources(cpu=2000)
     assert record.admission is None and record.suspended
     assert record.gang.submitted.seq == 1
@@ -92,7 +94,8 @@ def test_a_bad_priority_or_elastic_wait_keeps_the_gang_waiting_with_why(
     key: str, value: str, error: str
 ) -> None:
     record = job_record(job("a", annotations={key: value}))
-    assert record.parse_error is not None and record.parse_error.startswith(error)
+    # The webhook's refusal, word for word: where it was read, the value, what to do.
+    assert record.parse_error is not None and record.parse_error.startswith(f"annotation {error}")
 
 
 def test_job_record_reads_the_clog_timeout_from_annotation_or_label() -> None:
@@ -109,7 +112,7 @@ def test_job_record_reads_the_clog_timeout_from_annotation_or_label() -> None:
     bad = job_record(labelled, previous=record)  # a changed label is read again
     assert bad.clog_timeout is None
     assert bad.parse_error is not None
-    assert bad.parse_error.startswith("muster.dev/clog-timeout: 'soon' is not a duration")
+    assert bad.parse_error.startswith("label muster.dev/clog-timeout: 'soon' is not a duration")
 
 
 def test_job_record_reads_the_runtime_limit_from_active_deadline_seconds() -> None:
@@ -248,6 +251,7 @@ def test_no_cycle_when_a_waiting_gang_fits_somewhere() -> None:
 def test_status_only_events_reuse_the_parsed_gang() -> None:
     body = job("a")
     body["metadata"]["generation"] = 1
+    body["spec"]["completionMode"] = "Indexed"
     first = job_record(body)
     body["status"] = {"ready": 3, "succeeded": 1}
     body["metadata"]["resourceVersion"] = "11"

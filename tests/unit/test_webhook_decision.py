@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from policies.kinds import job_gang_size
 from policies.vocabulary import CLOG_TIMEOUT, ELASTIC_AFTER, PRIORITY
 from webhook.configuration import build_configuration
 from webhook.decision import (
@@ -13,7 +14,6 @@ from webhook.decision import (
     WebhookSettings,
     decide_job,
     decide_minicluster,
-    job_gang_size,
 )
 
 STAMP = "2026-11-22T03:05:07.000000001Z/000000000001"
