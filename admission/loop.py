@@ -22,9 +22,10 @@ from admission.gangs import JobRecord
 from admission.kubeapi import ApiError
 from admission.metrics import ControllerMetrics
 from admission.pinning import HOSTNAME, Original, elastic_fields
+from admission.planfeed import PlanFeed
 from admission.status import queue_positions, queue_status
 from admission.writes import JobRef, Shape, Writer
-from policies import Admission, Decisions, Reason, plan
+from policies import Admission, Decisions, Reason
 from policies.durations import format_duration
 from policies.resources import Resources
 
@@ -84,6 +85,7 @@ class Controller:
         self.placing: dict[str, tuple[str, float]] = {}
         self.cycles = 0
         self.last_decisions: Decisions | None = None
+        self.feed = PlanFeed(settings.policy)
         self._status_written: dict[str, tuple[float, dict[str, object]]] = {}
         self._known_missing: set[str] = set()
         self._last_partial: tuple[object, ...] = ()
@@ -143,16 +145,16 @@ class Controller:
         self.cycles += 1
         # 1. Heads: the pending gangs (suspended, not admitted, not backing off) are gathered by
         #    the snapshot; each queue's order is the planner's business.
-        # 2. Snapshot: a private, immutable copy of the cache. Nothing below reads live state
-        #    for the plan.
+        # 2. Sync: the planner's state follows the cache (what changed since the last cycle).
+        #    Nothing below reads live state for the plan.
         started = time.perf_counter()
         refused = self.cache.namespace_refusals()
-        snapshot = self.cache.snapshot(now, refused, self.evicting)
-        # 3. Plan: pure; in a thread so watches keep flowing while it runs.
+        planner = self.feed.sync(self.cache, now, refused, self.evicting)
+        # 3. Plan: the incremental planner, synced from the cache's changes; in a thread so
+        #    watches keep flowing while it runs (plan() leaves the planner's state alone, and
+        #    only this coroutine syncs it).
         decisions = (
-            await asyncio.to_thread(plan, snapshot, self.settings.policy)
-            if snapshot.pending
-            else Decisions([], {}, {})
+            await asyncio.to_thread(planner.plan, now) if planner.pending else Decisions([], {}, {})
         )
         self.metrics.cycle.observe(time.perf_counter() - started)
         self.last_decisions = decisions
@@ -285,14 +287,15 @@ class Controller:
     def _needs_gate(self, record: JobRecord, placement: Mapping[str, int]) -> bool:
         """Whether the gang's pods must wait at the gate for muster to name each one's node.
 
-        Not when the node affinity alone is exact: on every planned node the gang can fit no
+        Not when the node affinity alone is exact: the plan names one node (a one-pod gang,
+        or a gang packed on one node), or on every planned node the gang can fit no
         more pods than planned there (the gang fills what the node had free, one pod per node
         for a one-pod-per-node gang, a node that holds one pod): then the scheduler, held to
         those nodes, can only place them as planned, and the gang costs no pod writes. Free
         room is what bound pods leave (pods planned but not bound yet are not subtracted: that
         errs towards the gate)."""
-        if not placement:
-            return False
+        if len(placement) <= 1:
+            return False  # one planned node (or none): every pod of the gang can only go there
         gang = record.gang
         request = gang.pod_requests
         cache = self.cache

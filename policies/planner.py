@@ -1454,17 +1454,20 @@ class Planner:
             state is not None
             and len(old) == len(nodes)
             and all(
-                a.name == b.name
-                and a.allocatable == b.allocatable
-                and a.labels == b.labels
-                and a.taints == b.taints
+                a is b
+                or (
+                    a.name == b.name
+                    and a.allocatable == b.allocatable
+                    and a.labels == b.labels
+                    and a.taints == b.taints
+                )
                 for a, b in zip(old, nodes, strict=True)
             )
         ):
             cluster = state.cluster
             names = state.names
             for a, b in zip(old, nodes, strict=True):
-                if a.used != b.used:
+                if a is not b and a.used != b.used:
                     before, after = a.used, b.used
                     change = [after[name] - before[name] for name in names]
                     cluster.take(cluster.index[b.name], change, 1)

@@ -1,0 +1,86 @@
+"""The controller's incremental planner: a `policies.Planner` kept in step with the cache.
+
+The simulator feeds the same `Planner` from its events; the controller brings it up to date at
+the start of each cycle from what changed in the cache since the last one: nodes whose usage
+moved, queues, gangs that became or stopped being pending, gangs admitted, started, finished or
+evicted. A cycle then costs what changed and what the plan scans, not a rebuild of every node,
+admitted gang and pending gang (`plan(cache.snapshot(...))`, which decides the same:
+`tests/property/test_planfeed.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from admission.cache import Cache
+from policies import AdmittedGang, Decisions, Planner, QueueTree, Reason
+
+
+class PlanFeed:
+    """One `Planner` for the life of the controller, synced from the cache before each plan."""
+
+    def __init__(self, policy: str = "drf") -> None:
+        self.policy = policy
+        self.planner: Planner | None = None
+        self._tree: QueueTree | None = None
+
+    def sync(
+        self,
+        cache: Cache,
+        now: float,
+        refused: Mapping[str, Reason] | None = None,
+        busy: Collection[str] = (),
+    ) -> Planner:
+        """Bring the planner to what the cache holds at `now` (the gangs a snapshot would
+        hold: `Cache.pending_gangs` pending, every admitted unfinished gang with
+        `Cache.placement`) and return it."""
+        tree = cache.tree if cache.tree is not None else QueueTree.build([])
+        nodes = [cache.node_view(name) for name in cache.nodes]
+        planner = self.planner
+        if planner is None:
+            planner = self.planner = Planner(nodes, tree, self.policy)
+            self._tree = tree
+        else:
+            if tree is not self._tree:
+                planner.set_queues(tree)
+                self._tree = tree
+            planner.set_nodes(nodes)
+        # Admitted first: a gang admitted since the last cycle leaves the pending set and
+        # joins the admitted one in the same sync.
+        admitted: dict[str, AdmittedGang] = {}
+        for record in cache.jobs.values():
+            adm = record.admission
+            if adm is None or record.finished:
+                continue
+            admitted[record.gang.id] = AdmittedGang(
+                gang=record.gang,
+                size=adm[1],
+                placement=cache.placement(record, now),
+                admitted_at=adm[0],
+                running=record.reached_min,
+            )
+        pending = {gang.id: gang for gang in cache.pending_gangs(now, refused, busy)}
+        held_pending = planner.pending
+        for gang_id in [g for g, gang in held_pending.items() if pending.get(g) is not gang]:
+            planner.remove_pending(gang_id)
+        for gang_id in [g for g in planner.admitted if g not in admitted]:
+            planner.remove_admitted(gang_id)
+        for entry in admitted.values():
+            planner.add_admitted(entry)
+        for gang_id, gang in pending.items():
+            if gang_id not in held_pending:
+                planner.add_pending(gang)
+        return planner
+
+    def plan(
+        self,
+        cache: Cache,
+        now: float,
+        refused: Mapping[str, Reason] | None = None,
+        busy: Collection[str] = (),
+    ) -> Decisions:
+        """Sync, then plan at `now` (the planner's state is left as the cache says)."""
+        planner = self.sync(cache, now, refused, busy)
+        if not planner.pending:
+            return Decisions([], {}, {})
+        return planner.plan(now)
