@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 from admission.cache import Cache
 from admission.deadlock import PartialGang, gangs_to_evict, wait_for_graph
@@ -26,12 +26,12 @@ from admission.planfeed import PlanFeed
 from admission.status import queue_positions, queue_status
 from admission.writes import JobRef, Shape, Writer
 from policies import Admission, Decisions, Reason
-from policies.durations import format_duration
+from policies.lifecycle import EvictReason, Progress, check_clog, clog_timeout, evict
 from policies.resources import Resources
 
 log = logging.getLogger("muster.controller")
 
-EvictReason = Literal["Clogged", "BelowMinimum", "Deadlock"]
+_JITTER = random.Random()
 
 PLACE_RETRY = 30.0
 """Seconds after which a gated pod the watch still shows gated is placed again."""
@@ -472,37 +472,27 @@ class Controller:
             self.evicting.discard(record.key)
 
     def _clog_timeout(self, record: JobRecord) -> float:
-        if record.clog_timeout is not None:
-            return record.clog_timeout
         tree = self.cache.tree
-        if tree is not None and record.queue in tree:
-            return tree[record.queue].clog_timeout
-        return 300.0
+        queue = tree[record.queue] if tree is not None and record.queue in tree else None
+        return clog_timeout(record.clog_timeout, queue)
 
     def _detect_clogs(self, now: float) -> None:
         for record in list(self.cache.jobs.values()):
             if record.admitted_at is None or record.finished or record.key in self.evicting:
                 continue
-            if record.ready + record.succeeded >= record.gang.min:
-                record.reached_min = True
-                record.below_min_since = None
-                continue
-            if record.reached_min and record.below_min_since is None:
-                record.below_min_since = now
-            since = record.below_min_since if record.reached_min else record.admitted_at
-            assert since is not None
-            timeout = self._clog_timeout(record)
-            if now - since <= timeout:
-                continue
-            reason: EvictReason = "BelowMinimum" if record.reached_min else "Clogged"
-            self.metrics.clogs.inc()
-            self._evict(
-                record,
-                reason,
-                f"{record.ready} of at least {record.gang.min} pods ready after "
-                f"{format_duration(now - since)} (clog timeout {format_duration(timeout)})",
-                now,
+            check = check_clog(
+                Progress(record.reached_min, record.below_min_since),
+                admitted_at=record.admitted_at,
+                ready=record.ready + record.succeeded,
+                minimum=record.gang.min,
+                timeout=self._clog_timeout(record),
+                now=now,
             )
+            record.reached_min = check.progress.reached_min
+            record.below_min_since = check.progress.below_min_since
+            if check.evict is not None:
+                self.metrics.clogs.inc()
+                self._evict(record, check.evict, check.why, now)
 
     def _detect_deadlocks(self, now: float) -> None:
         cache = self.cache
@@ -544,20 +534,14 @@ class Controller:
     def _evict(self, record: JobRecord, reason: EvictReason, why: str, now: float) -> None:
         tree = self.cache.tree
         backoff = tree[record.queue].backoff if tree is not None and record.queue in tree else None
-        evictions = record.evictions + 1
-        limit = backoff.limit if backoff is not None else 5
-        failed = evictions > limit
-        delay = (backoff.delay(evictions) if backoff is not None else 10.0) * random.uniform(
-            0.75, 1.25
-        )
-        requeue_at = now + delay
+        eviction = evict(record.evictions, backoff, jitter=_JITTER)
+        evictions, failed = eviction.evictions, eviction.failed
+        requeue_at = now + eviction.delay
+        message = eviction.message(reason, why)
         self.evicting.add(record.key)
         self.metrics.evictions.labels(reason).inc()
         if failed:
             self.metrics.failed.inc()
-            message = f"evicted ({reason}): {why}; {evictions - 1} evictions before: failed"
-        else:
-            message = f"evicted ({reason}): {why}; requeued in {format_duration(delay)}"
         log.warning("%s %s", record.key, message)
         # Optimistic: quota and nodes are free for the next cycle at once.
         old = (record.admitted_at, record.admitted_size, record.local_admit)

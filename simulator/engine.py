@@ -52,6 +52,7 @@ from policies import (
     Snapshot,
     plan,
 )
+from policies.lifecycle import clog_timeout, evict
 from policies.model import placeable
 from simulator.trace import SubmittedGang, Trace, expand
 
@@ -322,7 +323,7 @@ class Engine:
                 runtime=arrival.runtime,
                 group=arrival.group,
                 request=request,
-                clog_timeout=self.tree[gang.queue].clog_timeout,
+                clog_timeout=clog_timeout(None, self.tree[gang.queue]),
                 pod_class=pod_class,
             )
             self.gangs.append(record)
@@ -674,10 +675,11 @@ class Engine:
             return  # without gang admission nobody notices; the gang keeps its nodes
         # Evict: pods deleted, capacity released, requeue after backoff or fail.
         self._release(record)
-        record.evictions += 1
-        record.attempt += 1
         backoff = self.tree[record.gang.queue].backoff
-        if record.evictions > backoff.limit:
+        eviction = evict(record.evictions, backoff)  # the controller's rule, without jitter
+        record.evictions = eviction.evictions
+        record.attempt += 1
+        if eviction.failed:
             self._set_state(record, FAILED)
             record.reason = (
                 f"BackoffLimitExceeded: evicted {record.evictions} times, limit {backoff.limit}"
@@ -690,7 +692,7 @@ class Engine:
             Incident(self.now, "evict", record.gang.id, self.queue_names[record.queue])
         )
         self._set_state(record, BACKOFF)
-        self._push(self.now + backoff.delay(record.evictions), _REQUEUE, record)
+        self._push(self.now + eviction.delay, _REQUEUE, record)
 
     # ------------------------------------------------------------------ muster admission
 

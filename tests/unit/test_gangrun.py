@@ -26,7 +26,7 @@ def pod(name: str, phase: str) -> dict[str, Any]:
 
 def runner() -> GangRunner:
     client = KubeClient(Credentials("https://127.0.0.1:1", None, None, None))
-    job = {"metadata": {"annotations": {"muster.dev/min-members": "2"}}, "spec": {}}
+    job = {"metadata": {"annotations": {"muster.dev/min-members": "2"}}, "spec": {"parallelism": 4}}
     return GangRunner(client, job_lookup=lambda namespace, name: job)
 
 
