@@ -54,6 +54,7 @@ from policies import (
 )
 from policies.lifecycle import clog_timeout, evict
 from policies.model import placeable
+from simulator.sampling import figures
 from simulator.trace import SubmittedGang, Trace, expand
 
 Admission = Literal["muster", "none"]
@@ -1233,17 +1234,8 @@ class Engine:
             return
         self.metrics_dirty = False
         ur = self.util_r
-        cap = self.capacity
-        cap_u = cap[ur] or 1
-        util = sum(v[ur] for v in self.running_use) / cap_u
-        alloc = sum(v[ur] for v in self.held) / cap_u
-        shares = [dominant_share(v, cap) for v in self.running_use]
-        demands = [
-            min(1.0, dominant_share([h + w for h, w in zip(held, wait, strict=True)], cap))
-            for held, wait in zip(self.held, self.waiting, strict=True)
-        ]
-        fair = water_fill(demands, self.weights, sum(shares))
-        error = sum(max(0.0, f - s) for f, s in zip(fair, shares, strict=True))
+        got = figures(self.running_use, self.held, self.waiting, self.capacity, ur, self.weights)
+        util, alloc, error = got.utilization, got.allocation, got.fairness_error
         self._last_values = (util, alloc, error)
         if not self.config.record:
             return
@@ -1257,8 +1249,8 @@ class Engine:
             holding=tuple(c[HOLDING] for c in counts),
             running=tuple(c[RUNNING] for c in counts),
             usage=tuple(v[ur] / self.util_scale for v in self.held),
-            share=tuple(shares),
-            fair_share=tuple(fair),
+            share=got.shares,
+            fair_share=got.fair,
         )
         if self.samples and self.samples[-1].time == now:
             self.samples[-1] = sample
@@ -1309,35 +1301,6 @@ def node_score(free: Sequence[int], ask: Sequence[int], allocatable: Sequence[in
         mean = sum(fractions) / len(fractions)
         spread = math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions))
     return least + int((1 - spread) * MAX_NODE_SCORE)
-
-
-def dominant_share(vector: Sequence[int], capacity: Sequence[int]) -> float:
-    """A usage vector's largest share of capacity (its dominant share)."""
-    share = 0.0
-    for amount, cap in zip(vector, capacity, strict=True):
-        if cap > 0 and amount > 0:
-            share = max(share, amount / cap)
-    return share
-
-
-def water_fill(demands: Sequence[float], weights: Sequence[float], total: float) -> list[float]:
-    """Weighted max-min fair split of `total` (a dominant share) among queues, each capped by
-    its demand."""
-    fair = [0.0] * len(demands)
-    active = [i for i, d in enumerate(demands) if d > 0]
-    remaining = total
-    while active and remaining > 1e-12:
-        total_weight = sum(weights[i] for i in active)
-        satisfied = [i for i in active if demands[i] <= remaining * weights[i] / total_weight]
-        if not satisfied:
-            for i in active:
-                fair[i] = remaining * weights[i] / total_weight
-            break
-        for i in satisfied:
-            fair[i] = demands[i]
-            remaining -= demands[i]
-        active = [i for i in active if i not in satisfied]
-    return fair
 
 
 def simulate(

@@ -55,9 +55,8 @@ from simulator.engine import (
     GangRecord,
     Incident,
     Sample,
-    dominant_share,
-    water_fill,
 )
+from simulator.sampling import figures
 from simulator.trace import SubmittedGang, Trace
 
 CLOG_REASONS = frozenset({"Clogged", "Deadlock"})
@@ -528,16 +527,8 @@ class Timeline:
                     running_use[q][r] += amount * seen.bound
         cap = self.capacity
         ur = self.util_r
-        cap_u = cap[ur] if cap and cap[ur] else 1
-        util = sum(v[ur] for v in running_use) / cap_u if cap else 0.0
-        alloc = sum(v[ur] for v in held) / cap_u if cap else 0.0
-        shares = [dominant_share(v, cap) for v in running_use]
-        demands = [
-            min(1.0, dominant_share([h + w for h, w in zip(hv, wv, strict=True)], cap))
-            for hv, wv in zip(held, waiting, strict=True)
-        ]
-        fair = water_fill(demands, self.weights, sum(shares))
-        error = sum(max(0.0, f - s) for f, s in zip(fair, shares, strict=True))
+        got = figures(running_use, held, waiting, cap, ur, self.weights)
+        util, alloc, error = got.utilization, got.allocation, got.fairness_error
         sample = Sample(
             time=now,
             utilization=util,
@@ -547,8 +538,8 @@ class Timeline:
             holding=tuple(holding),
             running=tuple(running),
             usage=tuple(v[ur] / self.util_scale for v in held) if cap else (0.0,) * nq,
-            share=tuple(shares),
-            fair_share=tuple(fair),
+            share=got.shares,
+            fair_share=got.fair,
         )
         if self.samples and self.samples[-1].time >= now:
             self.samples[-1] = dataclasses.replace(sample, time=self.samples[-1].time)

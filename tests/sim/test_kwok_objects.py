@@ -24,7 +24,7 @@ from policies.vocabulary import (
     SUBMITTED,
 )
 from simulator.controlplane.minicluster import job_for
-from simulator.engine import FAILED, FINISHED, HOLDING, PENDING, RUNNING, STUCK, water_fill
+from simulator.engine import FAILED, FINISHED, HOLDING, PENDING, RUNNING, STUCK
 from simulator.kwok_objects import (
     SIM_RUN,
     gang_object,
@@ -35,6 +35,7 @@ from simulator.kwok_objects import (
     wall_duration,
 )
 from simulator.kwok_timeline import Timeline
+from simulator.sampling import water_fill
 from simulator.trace import expand, from_dict, load
 
 TRACE: dict[str, Any] = {
