@@ -67,6 +67,16 @@ class QueueView:
     """Namespaces whose gangs may use the queue; None or empty: all."""
 
 
+@dataclass(frozen=True, slots=True)
+class Suspension:
+    """What an assumed suspension changed, to restore if its write is refused."""
+
+    admitted_at: float | None
+    admitted_size: int
+    local_admit: tuple[float, int] | None
+    evictions: int
+
+
 @dataclass
 class Cache:
     jobs: dict[str, JobRecord] = field(default_factory=dict)
@@ -166,6 +176,94 @@ class Cache:
             self.touch(key)
             self.changed.set()
         return new
+
+    # -- optimistic admission (assume, then confirm or forget) ----------------------------
+
+    def assume_admitted(
+        self, record: JobRecord, now: float, size: int, placement: Mapping[str, int]
+    ) -> None:
+        """The controller sent an admission: count it (quota, nodes: the plan's placement) at
+        once, before the watch brings the admitted Job; `forget_admission` undoes it."""
+        record.local_admit = (now, size)
+        record.below_min_since = None
+        record.reached_min = False
+        if placement:
+            self.reservations[record.key] = dict(placement)
+        self.reasons.pop(record.key, None)
+        self.touch(record.key)
+
+    def confirm_admission(self, record: JobRecord, now: float, size: int) -> None:
+        """The admission PATCH was accepted: hold it as the object will say."""
+        current = self.jobs.get(record.key)
+        if current is not None and current.uid == record.uid and current.admitted_at is None:
+            current.admitted_at, current.admitted_size = now, size
+            current.suspended = False
+
+    def forget_admission(self, record: JobRecord) -> None:
+        """The admission PATCH was refused or conflicted: the gang is pending again."""
+        current = self.jobs.get(record.key)
+        if current is not None and current.uid == record.uid:
+            current.local_admit = None
+            self.touch(record.key)
+        self.reservations.pop(record.key, None)
+        self.changed.set()
+
+    def assume_suspended(
+        self,
+        record: JobRecord,
+        *,
+        evictions: int | None = None,
+        requeue_at: float = 0.0,
+        failed: bool = False,
+        preemption: tuple[int, str] | None = None,
+    ) -> Suspension:
+        """The controller suspends an admitted gang (evicted, or preempted: `preemption` =
+        (its preemption count, the preemptor's message)): its quota and nodes are free for the
+        next cycle at once. Returns what `forget_suspension` restores if the write fails."""
+        before = Suspension(
+            record.admitted_at, record.admitted_size, record.local_admit, record.evictions
+        )
+        record.admitted_at, record.local_admit = None, None
+        record.suspended = True
+        if evictions is not None:
+            record.evictions = evictions
+        record.requeue_at = requeue_at
+        record.failed_state = failed
+        if preemption is not None:
+            record.gang = replace(record.gang, preemptions=preemption[0])
+            record.evicted_reason, record.preempted_by = "Preempted", preemption[1]
+        record.reached_min = False
+        record.below_min_since = None
+        self.reservations.pop(record.key, None)
+        self.touch(record.key)
+        self.changed.set()
+        return before
+
+    def forget_suspension(self, record: JobRecord, before: Suspension) -> None:
+        """The suspending write was refused: the gang is admitted as it was."""
+        current = self.jobs.get(record.key)
+        if current is not None and current.uid == record.uid:
+            current.admitted_at, current.admitted_size = before.admitted_at, before.admitted_size
+            current.local_admit = before.local_admit
+            current.suspended = False
+            current.evictions = before.evictions
+        self.changed.set()
+
+    def release_reservations(self, now: float) -> None:
+        """Drop the plans gangs no longer need held: once a gang's minimum is ready (its pods
+        show where it is), or RESERVATION_TTL after its admission."""
+        for key in [k for k in self.reservations if not self._holds_plan(k, now)]:
+            del self.reservations[key]
+
+    def _holds_plan(self, key: str, now: float) -> bool:
+        record = self.jobs.get(key)
+        if record is None:
+            return False
+        admission = record.admission
+        ready = record.ready + record.succeeded >= record.gang.min
+        return not (
+            record.reached_min or ready or (admission and now - admission[0] > RESERVATION_TTL)
+        )
 
     # -- pods ----------------------------------------------------------------------------
 
@@ -371,9 +469,7 @@ class Cache:
             reserved = record.pinned
         if reserved is None:
             return bound
-        ready = record.ready + record.succeeded >= record.gang.min
-        if record.reached_min or ready or (admission and now - admission[0] > RESERVATION_TTL):
-            self.reservations.pop(record.key, None)
+        if not self._holds_plan(record.key, now):
             return bound
         for node, pods in reserved.items():
             if node in self.nodes:

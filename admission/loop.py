@@ -13,10 +13,10 @@ import random
 import time
 from collections import Counter
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from admission.cache import Cache
+from admission.cache import Cache, Suspension
 from admission.deadlock import PartialGang, gangs_to_evict, wait_for_graph
 from admission.gangs import JobRecord
 from admission.kubeapi import ApiError
@@ -149,6 +149,7 @@ class Controller:
         #    Nothing below reads live state for the plan.
         started = time.perf_counter()
         refused = self.cache.namespace_refusals()
+        self.cache.release_reservations(now)
         planner = self.feed.sync(self.cache, now, refused, self.evicting)
         # 3. Plan: the incremental planner, synced from the cache's changes; in a thread so
         #    watches keep flowing while it runs (plan() leaves the planner's state alone, and
@@ -234,16 +235,11 @@ class Controller:
         if current is not None and current.uid == record.uid and current.suspended is False:
             # The watch has not brought our write yet: show it now (the plan's capacity is
             # free for the next cycle, and the status service says why the gang waits).
-            current.admitted_at, current.local_admit = None, None
-            current.suspended = True
-            current.gang = replace(current.gang, preemptions=preemptions)
-            current.evicted_reason, current.preempted_by = "Preempted", reason.message
-            current.requeue_at = 0.0
-            current.reached_min = False
-            current.below_min_since = None
-        self.cache.reservations.pop(record.key, None)
-        self.cache.touch(record.key)
-        self.cache.changed.set()
+            self.cache.assume_suspended(current, preemption=(preemptions, reason.message))
+        else:
+            self.cache.reservations.pop(record.key, None)
+            self.cache.touch(record.key)
+            self.cache.changed.set()
         self.metrics.preemptions.labels(record.queue).inc()
         log.info("%s %s", record.key, reason.message)
         self.writer.event(ref, "Preempted", reason.message, "Normal")
@@ -255,13 +251,7 @@ class Controller:
         record = self.cache.jobs.get(admission.gang_id)
         if record is None or record.admission is not None:
             return
-        record.local_admit = (now, admission.size)
-        record.below_min_since = None
-        record.reached_min = False
-        if admission.placement:
-            self.cache.reservations[record.key] = dict(admission.placement)
-        self.cache.reasons.pop(record.key, None)
-        self.cache.touch(record.key)
+        self.cache.assume_admitted(record, now, admission.size, admission.placement)
         task = asyncio.get_running_loop().create_task(self._send_admit(record, admission, now))
         self.inflight.add(task)
         task.add_done_callback(self.inflight.discard)
@@ -324,27 +314,16 @@ class Controller:
             # Someone changed the Job under us (admitted elsewhere, or not suspended). Read it
             # and let the cache hold the truth; a still-pending gang is planned again.
             body = await self.writer.call(self.writer.get_job, record.namespace, record.name)
-            current = self.cache.jobs.get(record.key)
-            if current is not None:
-                current.local_admit = None
+            self.cache.forget_admission(record)
             if body is not None:
                 self.cache.apply_job("MODIFIED", body)
-            self.cache.reservations.pop(record.key, None)
             log.info("admit %s: the Job changed under us; re-reading it", record.key)
-            self.cache.changed.set()
             return
-        current = self.cache.jobs.get(record.key)
         if outcome != "ok":
-            if current is not None and current.uid == record.uid:
-                current.local_admit = None
-                self.cache.touch(record.key)
-            self.cache.reservations.pop(record.key, None)
-            self.cache.changed.set()
+            self.cache.forget_admission(record)
             log.warning("admit %s rolled back (%s)", record.key, outcome)
             return
-        if current is not None and current.uid == record.uid and current.admitted_at is None:
-            current.admitted_at, current.admitted_size = now, admission.size
-            current.suspended = False
+        self.cache.confirm_admission(record, now, admission.size)
         self.metrics.admitted.labels(admission.queue).inc()
         self.metrics.wait.observe(max(0.0, now - record.gang.submitted.time))
         where = f" on {len(admission.placement)} nodes" if admission.placement else ""
@@ -544,17 +523,9 @@ class Controller:
             self.metrics.failed.inc()
         log.warning("%s %s", record.key, message)
         # Optimistic: quota and nodes are free for the next cycle at once.
-        old = (record.admitted_at, record.admitted_size, record.local_admit)
-        record.admitted_at, record.local_admit = None, None
-        record.suspended = True
-        record.evictions = evictions
-        record.requeue_at = requeue_at
-        record.failed_state = failed
-        record.reached_min = False
-        record.below_min_since = None
-        self.cache.reservations.pop(record.key, None)
-        self.cache.touch(record.key)
-        self.cache.changed.set()
+        old = self.cache.assume_suspended(
+            record, evictions=evictions, requeue_at=requeue_at, failed=failed
+        )
         self._spawn(self._send_evict(record, reason, message, evictions, requeue_at, failed, old))
 
     async def _send_evict(
@@ -565,7 +536,7 @@ class Controller:
         evictions: int,
         requeue_at: float,
         failed: bool,
-        old: tuple[float | None, int, tuple[float, int] | None],
+        old: Suspension,
     ) -> None:
         ref = _job(record)
         try:
@@ -581,12 +552,7 @@ class Controller:
             if outcome == "ok":
                 self.writer.event(ref, "Failed" if failed else "Evicted", message, "Warning")
             elif outcome == "refused":
-                current = self.cache.jobs.get(record.key)
-                if current is not None and current.uid == record.uid:
-                    current.admitted_at, current.admitted_size, current.local_admit = old
-                    current.suspended = False
-                    current.evictions = evictions - 1
-                self.cache.changed.set()
+                self.cache.forget_suspension(record, old)
         finally:
             self.evicting.discard(record.key)
 

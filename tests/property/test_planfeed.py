@@ -124,8 +124,7 @@ def test_the_fed_planner_decides_as_a_full_plan(
             # What the loop does with a plan: optimistic local admission and a reservation.
             for admission in feed.plan(cache, now).admitted[: 1 + i % 3]:
                 record = cache.jobs[admission.gang_id]
-                record.local_admit = (now, admission.size)
-                cache.reservations[record.key] = dict(admission.placement)
+                cache.assume_admitted(record, now, admission.size, admission.placement)
         elif op == "object-admit" and pick is not None and pick.admission is None:
             body = job(pick.name, pick.queue, pick.gang.size, 1, pick.gang.submitted.seq, rv, None)
             body["metadata"]["annotations"]["muster.dev/admitted"] = format_admitted(now, size)
@@ -181,6 +180,7 @@ def test_the_fed_planner_decides_as_a_full_plan(
             cache.changed.set()
         elif op == "delete" and pick is not None:
             cache.apply_job("DELETED", {"metadata": {"name": pick.name, "namespace": "ns"}})
+        cache.release_reservations(now)  # as each cycle starts
         same(feed.plan(cache, now), plan(cache.snapshot(now), policy))
         # And the planner holds what the snapshot holds.
         assert feed.planner is not None
