@@ -22,7 +22,6 @@ from typing import Any
 from admission.gangs import (
     JobRecord,
     PodRecord,
-    is_managed_job,
     job_record,
     namespace_selector_from,
     node_from,
@@ -40,6 +39,7 @@ from policies import (
     Resources,
     Snapshot,
 )
+from policies.phase import is_managed_job
 from policies.reasons import namespace_not_allowed
 from policies.selectors import LabelSelector
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import base64
 import json
+import time
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from policies.phase import NO_LIMITS, QueueLimits
+from webhook.backlog import Backlog, RefusalReason
 from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
 from webhook.decision import (
     AdmissionRejected,
@@ -33,9 +37,22 @@ class WebhookState:
     queues: set[str] | None = None
     """Names of existing Queues; None when the Queue CRD is not installed (nothing to check)."""
     minicluster_stamps: dict[tuple[str, str], str] = field(default_factory=dict)
+    limits: dict[str, QueueLimits] = field(default_factory=dict)
+    """Each Queue's `spec.limits`, for the queues that set one."""
+    backlog: Backlog = field(default_factory=lambda: Backlog(time.monotonic))
+    """Pending gangs per queue and namespace, fed by the Job and MiniCluster watches."""
+    refusals: Counter[tuple[str, RefusalReason]] = field(default_factory=Counter)
+    """Creates refused by a queue's limits, per (queue, reason): the refusal metric."""
 
     def known_queues(self) -> Collection[str] | None:
         return self.queues
+
+
+class QueueFull(AdmissionRejected):
+    """A new gang refused because its queue holds as many pending gangs as `spec.limits` allows:
+    answered with code 429 (Too Many Requests), as the apiserver's own rate limits are."""
+
+    code = 429
 
 
 def _escape(key: str) -> str:
@@ -107,15 +124,36 @@ def decide(
         "known_queues": state.known_queues(),
         "settings": settings,
     }
+    name = (obj.get("metadata") or {}).get("name") or ""
     if path == JOB_PATH:
         owner_stamp = None
+        owned_by_minicluster = False
         for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
             if ref.get("controller") and is_minicluster_ref(ref):
+                owned_by_minicluster = True
                 owner_stamp = state.minicluster_stamps.get((namespace, ref.get("name", "")))
-        return decide_job(obj, **common, stamp=stamp(), owner_stamp=owner_stamp)
+        decision = decide_job(obj, **common, stamp=stamp(), owner_stamp=owner_stamp)
+        # A MiniCluster's Job is not a new gang: its MiniCluster was counted when created.
+        if decision.managed and decision.queue is not None and not owned_by_minicluster:
+            _admit_gang(state, "Job", namespace, name, decision.queue)
+        return decision
     if path == MINICLUSTER_PATH:
-        return decide_minicluster(obj, **common, stamp=stamp())
+        decision = decide_minicluster(obj, **common, stamp=stamp())
+        if decision.managed and decision.queue is not None:
+            _admit_gang(state, "MiniCluster", namespace, name, decision.queue)
+        return decision
     return None
+
+
+def _admit_gang(
+    state: WebhookState, kind: Literal["Job", "MiniCluster"], namespace: str, name: str, queue: str
+) -> None:
+    """Hold a new gang to its queue's `spec.limits`: raise QueueFull past them, else count it
+    as pending at once (the next review sees it before the watch does)."""
+    refusal = state.backlog.admit(kind, namespace, name, queue, state.limits.get(queue, NO_LIMITS))
+    if refusal is not None:
+        state.refusals[(refusal.queue, refusal.reason)] += 1
+        raise QueueFull(refusal.message)
 
 
 def review_response(
@@ -137,7 +175,7 @@ def review_response(
             path, obj, namespace=namespace, state=state, settings=settings, stamp=stamp
         )
     except AdmissionRejected as exc:
-        return _response(review, allowed=False, message=str(exc), code=400)
+        return _response(review, allowed=False, message=str(exc), code=exc.code)
     if decision is None:
         return _response(
             review, allowed=False, message=f"muster has no webhook at /{path}", code=404
