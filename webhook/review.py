@@ -97,6 +97,10 @@ def _response(
         payload["patch"] = base64.b64encode(json.dumps(patch).encode()).decode("ascii")
     if message is not None:
         payload["status"] = {"message": message, "code": code or 400}
+        if code == 429:
+            # kubectl prints "Error from server (TooManyRequests)"; no details.retryAfterSeconds,
+            # so the apiserver sends no Retry-After and clients do not retry by themselves.
+            payload["status"]["reason"] = "TooManyRequests"
     return {
         "apiVersion": review.get("apiVersion", "admission.k8s.io/v1"),
         "kind": review.get("kind", "AdmissionReview"),

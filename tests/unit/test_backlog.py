@@ -226,6 +226,8 @@ def test_review_refuses_past_the_limit_with_429_and_counts_the_refusal() -> None
     assert answer(new_job("a"))["allowed"] is True
     refused = answer(new_job("b"))
     assert refused["allowed"] is False and refused["status"]["code"] == 429
+    assert refused["status"]["reason"] == "TooManyRequests"
+    assert "details" not in refused["status"]  # no Retry-After: clients do not retry by themselves
     assert refused["status"]["message"].startswith("queue prod holds 1 pending gang, its limit")
     assert state.refusals == {("prod", "MaxPending"): 1}
     # A MiniCluster's Job is not a new gang: never refused nor counted again.
