@@ -199,14 +199,22 @@ class Backlog:
         return self._stored_ns[(queue, namespace)] + self._unseen_ns[(queue, namespace)]
 
     def admit(
-        self, kind: GangKind, namespace: str, name: str, queue: str, limits: QueueLimits
+        self,
+        kind: GangKind,
+        namespace: str,
+        name: str,
+        queue: str,
+        limits: QueueLimits,
+        *,
+        count: bool = True,
     ) -> Refusal | None:
         """Check a new gang against its queue's limits; if it may be created, count it at once
-        (`allow`) so the next review sees it. Returns the refusal otherwise."""
+        (unless not `count`: a dry run) so the next review sees it. Returns the refusal
+        otherwise."""
         with self._lock:
             self._expire(self._clock())
             refusal = self._refusal(queue, namespace, limits)
-            if refusal is None:
+            if refusal is None and count:
                 self._allow(kind, namespace, name, queue)
             return refusal
 

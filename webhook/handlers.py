@@ -89,7 +89,11 @@ def register_kopf_mutate(
 
     def mutate(path: str) -> Any:
         def handler(
-            body: Mapping[str, Any], patch: kopf.Patch, warnings: list[str], **_: Any
+            body: Mapping[str, Any],
+            patch: kopf.Patch,
+            warnings: list[str],
+            dryrun: bool = False,
+            **_: Any,
         ) -> None:
             namespace = (body.get("metadata") or {}).get("namespace") or ""
             try:
@@ -100,6 +104,7 @@ def register_kopf_mutate(
                     state=state,
                     settings=settings,
                     stamp=clock.stamp,
+                    dry_run=dryrun,
                 )
             except AdmissionRejected as exc:
                 raise kopf.AdmissionError(str(exc), code=exc.code) from None

@@ -116,11 +116,13 @@ def decide(
     state: WebhookState,
     settings: WebhookSettings,
     stamp: Callable[[], str],
+    dry_run: bool = False,
 ) -> Decision | None:
     """The decision for creating `obj` through the webhook at `/<path>`; None for no such path.
 
-    Raises AdmissionRejected for bad input. Used by both servers (the lean endpoint and kopf's
-    `@kopf.on.mutate` handlers).
+    Raises AdmissionRejected for bad input, QueueFull past the queue's `spec.limits`. Used by
+    both servers (the lean endpoint and kopf's `@kopf.on.mutate` handlers). A `dry_run` create
+    is checked against the limits but not counted: it is never stored.
     """
     common: dict[str, Any] = {
         "namespace": namespace,
@@ -139,22 +141,28 @@ def decide(
         decision = decide_job(obj, **common, stamp=stamp(), owner_stamp=owner_stamp)
         # A MiniCluster's Job is not a new gang: its MiniCluster was counted when created.
         if decision.managed and decision.queue is not None and not owned_by_minicluster:
-            _admit_gang(state, "Job", namespace, name, decision.queue)
+            _admit_gang(state, "Job", namespace, name, decision.queue, dry_run)
         return decision
     if path == MINICLUSTER_PATH:
         decision = decide_minicluster(obj, **common, stamp=stamp())
         if decision.managed and decision.queue is not None:
-            _admit_gang(state, "MiniCluster", namespace, name, decision.queue)
+            _admit_gang(state, "MiniCluster", namespace, name, decision.queue, dry_run)
         return decision
     return None
 
 
 def _admit_gang(
-    state: WebhookState, kind: Literal["Job", "MiniCluster"], namespace: str, name: str, queue: str
+    state: WebhookState,
+    kind: Literal["Job", "MiniCluster"],
+    namespace: str,
+    name: str,
+    queue: str,
+    dry_run: bool,
 ) -> None:
     """Hold a new gang to its queue's `spec.limits`: raise QueueFull past them, else count it
     as pending at once (the next review sees it before the watch does)."""
-    refusal = state.backlog.admit(kind, namespace, name, queue, state.limits.get(queue, NO_LIMITS))
+    limits = state.limits.get(queue, NO_LIMITS)
+    refusal = state.backlog.admit(kind, namespace, name, queue, limits, count=not dry_run)
     if refusal is not None:
         state.refusals[(refusal.queue, refusal.reason)] += 1
         raise QueueFull(refusal.message)
@@ -176,7 +184,13 @@ def review_response(
         return _response(review, allowed=True)
     try:
         decision = decide(
-            path, obj, namespace=namespace, state=state, settings=settings, stamp=stamp
+            path,
+            obj,
+            namespace=namespace,
+            state=state,
+            settings=settings,
+            stamp=stamp,
+            dry_run=bool(request.get("dryRun")),
         )
     except AdmissionRejected as exc:
         return _response(review, allowed=False, message=str(exc), code=exc.code)

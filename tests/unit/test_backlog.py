@@ -237,3 +237,19 @@ def test_review_refuses_past_the_limit_with_429_and_counts_the_refusal() -> None
     other = new_job("c")
     other["metadata"]["labels"] = {"muster.dev/queue": "dev"}
     assert answer(other)["allowed"] is True
+
+
+def test_a_dry_run_is_checked_but_not_counted() -> None:
+    state = WebhookState(queues={"prod"}, limits={"prod": QueueLimits(max_pending=1)})
+    dry = review(new_job("a"))
+    dry["request"]["dryRun"] = True
+    for _ in range(2):
+        answer = review_response(
+            dry,
+            path="muster-job-create",
+            state=state,
+            settings=WebhookSettings(),
+            stamp=lambda: STAMP,
+        )
+        assert answer["response"]["allowed"] is True
+    assert state.backlog.pending("prod") == 0
