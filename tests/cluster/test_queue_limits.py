@@ -4,6 +4,7 @@ refuse (429) a new gang while the queue holds that many pending gangs; nothing i
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import urllib.request
@@ -101,6 +102,12 @@ def test_max_pending_refuses_the_sixth_create_and_stores_nothing(
         webhook_metric(muster, "muster_webhook_refusals_total", queue=queue, reason="MaxPending")
         == 1
     )
+
+    # The status service shows the limit next to the depth.
+    with urllib.request.urlopen(f"{muster.status_url}/v1/queues", timeout=10) as r:
+        shown = json.load(r)["queues"][queue]
+    assert shown["pending"] == 5
+    assert shown["spec"]["limits"] == {"maxPending": 5, "maxPendingPerNamespace": None}
 
     # Deleting a pending gang lets the next create in, once the webhook's watch sees it gone.
     kube.delete(f"{jobs_path(namespace)}/job-0")
