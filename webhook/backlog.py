@@ -111,6 +111,7 @@ class Backlog:
         self._unseen_count: Counter[str] = Counter()
         self._unseen_ns: Counter[tuple[str, str]] = Counter()
         self._tokens = itertools.count()
+        self._refusals: Counter[tuple[str, RefusalReason]] = Counter()
 
     # -- the watch -----------------------------------------------------------------------
 
@@ -216,6 +217,8 @@ class Backlog:
             refusal = self._refusal(queue, namespace, limits)
             if refusal is None and count:
                 self._allow(kind, namespace, name, queue)
+            elif refusal is not None:
+                self._refusals[(refusal.queue, refusal.reason)] += 1
             return refusal
 
     def _refusal(self, queue: str, namespace: str, limits: QueueLimits) -> Refusal | None:
@@ -253,6 +256,11 @@ class Backlog:
         self._unseen_ns[(queue, namespace)] += 1
 
     # -- metrics -------------------------------------------------------------------------
+
+    def refusals(self) -> dict[tuple[str, RefusalReason], int]:
+        """Creates refused so far, per (queue, reason): the refusal metric."""
+        with self._lock:
+            return dict(self._refusals)
 
     def depths(self) -> Iterator[tuple[str, int]]:
         """(queue, pending gangs) for every queue with a pending or unseen gang."""

@@ -44,7 +44,7 @@ class _WebhookCollector(Collector):
             "Creates refused because the queue held as many pending gangs as spec.limits allows.",
             labels=["queue", "reason"],
         )
-        for (queue, reason), count in sorted(self.state.refusals.items()):
+        for (queue, reason), count in sorted(self.state.backlog.refusals().items()):
             refusals.add_metric([queue, reason], float(count))
         yield refusals
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from policies.phase import NO_LIMITS, QueueLimits
-from webhook.backlog import Backlog, RefusalReason
+from webhook.backlog import Backlog
 from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
 from webhook.decision import (
     AdmissionRejected,
@@ -41,8 +40,6 @@ class WebhookState:
     """Each Queue's `spec.limits`, for the queues that set one."""
     backlog: Backlog = field(default_factory=lambda: Backlog(time.monotonic))
     """Pending gangs per queue and namespace, fed by the Job and MiniCluster watches."""
-    refusals: Counter[tuple[str, RefusalReason]] = field(default_factory=Counter)
-    """Creates refused by a queue's limits, per (queue, reason): the refusal metric."""
 
     def known_queues(self) -> Collection[str] | None:
         return self.queues
@@ -164,7 +161,6 @@ def _admit_gang(
     limits = state.limits.get(queue, NO_LIMITS)
     refusal = state.backlog.admit(kind, namespace, name, queue, limits, count=not dry_run)
     if refusal is not None:
-        state.refusals[(refusal.queue, refusal.reason)] += 1
         raise QueueFull(refusal.message)
 
 

@@ -229,7 +229,7 @@ def test_review_refuses_past_the_limit_with_429_and_counts_the_refusal() -> None
     assert refused["status"]["reason"] == "TooManyRequests"
     assert "details" not in refused["status"]  # no Retry-After: clients do not retry by themselves
     assert refused["status"]["message"].startswith("queue prod holds 1 pending gang, its limit")
-    assert state.refusals == {("prod", "MaxPending"): 1}
+    assert state.backlog.refusals() == {("prod", "MaxPending"): 1}
     # A MiniCluster's Job is not a new gang: never refused nor counted again.
     assert answer(new_job("mc", owner="mc"))["allowed"] is True
     assert state.backlog.pending("prod") == 1
