@@ -42,6 +42,8 @@ from webhook.review import WebhookState
 
 QUEUES_PATH = "/apis/muster.dev/v1alpha1/queues"
 JOBS_PATH = "/apis/batch/v1/jobs"
+MANAGED_JOBS = {"labelSelector": QUEUE}
+"""The Jobs muster manages, as the controller's watch selects them."""
 MINICLUSTERS_PATH = "/apis/flux-framework.org/v1alpha2/miniclusters"
 
 CONFIG_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -225,9 +227,9 @@ def unregister_configuration(client: KubeClient, url: str) -> bool:
     return True
 
 
-def load_state(client: KubeClient) -> WebhookState:
+def load_state(client: KubeClient) -> tuple[WebhookState, int]:
     """One LIST each of namespaces, Queues, managed Jobs (in pages) and MiniClusters (absent
-    CRDs are fine)."""
+    CRDs are fine); and the Jobs' collection version, to watch them on from."""
     state = WebhookState()
     for ns in client.get("/api/v1/namespaces")["items"]:
         state.namespace_labels[ns["metadata"]["name"]] = dict(ns["metadata"].get("labels") or {})
@@ -239,12 +241,16 @@ def load_state(client: KubeClient) -> WebhookState:
     except ApiError as exc:
         if exc.status != 404:
             raise
-    query = {"labelSelector": QUEUE, "limit": "500"}
+    query = {**MANAGED_JOBS, "limit": "500"}
+    jobs_version = 0
     while True:
         page = client.get(JOBS_PATH, query)
         for job in page["items"]:
             state.backlog.observe_job(None, job)
-        token = (page.get("metadata") or {}).get("continue")
+        meta = page.get("metadata") or {}
+        # Later pages of a chunked LIST are served at the first page's version.
+        jobs_version = jobs_version or int(meta.get("resourceVersion") or 0)
+        token = meta.get("continue")
         if not token:
             break
         query["continue"] = token
@@ -259,7 +265,7 @@ def load_state(client: KubeClient) -> WebhookState:
     except ApiError as exc:
         if exc.status != 404:
             raise
-    return state
+    return state, jobs_version
 
 
 PEERINGS_PATH = "/apis/kopf.dev/v1/clusterkopfpeerings"
@@ -421,6 +427,8 @@ def _run_one(
     """Run what `args` asks for (webhook, controller or both) in this process, under kopf."""
     import kopf
 
+    from admission.controller import list_collection
+    from admission.streamwatch import StreamWatch
     from policies.submitted import SubmissionClock
     from webhook import handlers
     from webhook.metrics import MetricsServer
@@ -449,7 +457,19 @@ def _run_one(
     else:
         certfile, keyfile, ca_bundle = args.tls_cert, args.tls_key, b""
     client = KubeClient(credentials)
-    state = load_state(client) if webhook else WebhookState()
+    state, jobs_version = load_state(client) if webhook else (WebhookState(), 0)
+    job_watch: StreamWatch | None = None
+    if webhook:
+        # Managed Jobs into the backlog, on a thread of their own (Backlog is locked).
+        job_watch = StreamWatch(
+            client,
+            JOBS_PATH,
+            MANAGED_JOBS,
+            apply=state.backlog.observe_job,
+            relist=state.backlog.relist_jobs,
+            lister=list_collection,
+            name="webhook-jobs",
+        )
     if webhook and state.queues is None:
         logging.warning(
             "Queue CRD not installed (kubectl apply -f manifests/crd/); queue names are not checked"
@@ -574,6 +594,8 @@ def _run_one(
                 unregister_configuration, client, f"https://{args.webhook_addr}:{port}"
             )
 
+    if job_watch is not None:
+        job_watch.start(jobs_version)
     try:
         kopf.run(
             registry=registry,
@@ -585,6 +607,8 @@ def _run_one(
             priority=priority,
         )
     finally:
+        if job_watch is not None:
+            job_watch.stop()
         client.close()
         tmp.cleanup()
     return 0

@@ -1,6 +1,7 @@
 """The webhook's count of pending gangs per queue and per (queue, namespace), for `spec.limits`.
 
-Pure (no kopf, no I/O): the webhook's watches of managed Jobs and MiniClusters feed `observe`,
+Pure (no kopf, no I/O): the webhook's watches of managed Jobs (a lean stream on its own thread,
+`admission.streamwatch`) and MiniClusters (kopf) feed `observe_*`,
 and each create the webhook allows is added by `allow` until the watch shows it. Without that,
 a burst faster than the watch would overshoot a limit by everything created during the watch's
 lag; with it, one webhook replica never lets a queue pass its limit. Several replicas each add
@@ -18,7 +19,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -121,6 +122,17 @@ class Backlog:
         queue = None if event == "DELETED" else _queue_of(meta)
         pending = None if queue is None else job_pending(body)
         self._observe(gang_key_of_job(body), "Job", queue, pending)
+
+    def relist_jobs(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """Every managed Job as a fresh LIST shows it: the ones missing from it are gone."""
+        listed: set[GangKey] = set()
+        for body in items:
+            self.observe_job(None, body)
+            listed.add(gang_key_of_job(body))
+        with self._lock:
+            gone = [k for k, g in self._gangs.items() if "Job" in g.stored and k not in listed]
+        for key in gone:
+            self._observe(key, "Job", None, None)
 
     def observe_minicluster(self, event: str | None, body: Mapping[str, Any]) -> None:
         """A watch event of a MiniCluster."""

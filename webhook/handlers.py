@@ -1,10 +1,11 @@
 """kopf registration for the webhook: watches that keep `WebhookState` current, and the server.
 
-Namespaces (their default-queue label), Queues (names and `spec.limits`), MiniCluster stamps and
-the phase of managed Jobs and MiniClusters (`webhook.backlog`: pending gangs per queue, for the
-limits) are watched with `@kopf.on.event`, which writes nothing to the objects. `muster run`
-fills the state with one LIST of each before the server starts, so the first review already
-sees the whole cluster.
+Namespaces (their default-queue label), Queues (names and `spec.limits`) and MiniClusters (their
+stamps, and their phase for `webhook.backlog`: pending gangs per queue, for the limits) are
+watched with `@kopf.on.event`, which writes nothing to the objects. Managed Jobs, far busier,
+reach the backlog through a lean stream that `muster run` starts (`admission.streamwatch`).
+`muster run` fills the state with one LIST of each before the server starts, so the first
+review already sees the whole cluster.
 
 Two ways to serve the reviews, both calling the same pure decision (`webhook.decision`):
 - `register` (default, `muster run --webhook-server lean`): muster's own aiohttp endpoint
@@ -25,7 +26,7 @@ import kopf
 from policies.model import PolicyError
 from policies.phase import NO_LIMITS, parse_queue_limits
 from policies.submitted import SubmissionClock
-from policies.vocabulary import QUEUE, SUBMITTED
+from policies.vocabulary import SUBMITTED
 from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
 from webhook.decision import AdmissionRejected, WebhookSettings
 from webhook.review import WebhookState, decide
@@ -127,8 +128,8 @@ def register_kopf_mutate(
 
 
 def register_watches(registry: kopf.OperatorRegistry, state: WebhookState) -> None:
-    """Keep `state` current from kopf's watches of namespaces, Queues, managed Jobs and
-    MiniClusters."""
+    """Keep `state` current from kopf's watches of namespaces, Queues and MiniClusters (managed
+    Jobs: `muster run` streams them into `state.backlog`)."""
 
     @kopf.on.event("namespaces", registry=registry)
     def watch_namespace(type: str | None, name: str, labels: Mapping[str, str], **_: Any) -> None:
@@ -148,12 +149,6 @@ def register_watches(registry: kopf.OperatorRegistry, state: WebhookState) -> No
             else:
                 queues.add(name)
                 set_limits(state, body)
-
-    # Every managed Job's and MiniCluster's phase, for the pending counts `spec.limits` bound
-    # (the same label selector as the controller's watch). async: no executor hop per event.
-    @kopf.on.event("batch", "v1", "jobs", labels={QUEUE: kopf.PRESENT}, registry=registry)
-    async def watch_job(event: Mapping[str, Any], **_: Any) -> None:
-        state.backlog.observe_job(event.get("type"), event["object"])
 
     @kopf.on.event(*MINICLUSTER_RESOURCE, registry=registry)
     def watch_minicluster(

@@ -69,7 +69,12 @@ def _needs(group: str, resource: str, verbs: str, who: str, name: str | None = N
 
 
 NEEDS: tuple[Need, ...] = (
-    *_needs("batch", "jobs", "list watch", "admission/controller.py watch_job, list_everything"),
+    *_needs(
+        "batch",
+        "jobs",
+        "list watch",
+        "admission/controller.py watch_job, list_everything; run_command.load_state, job_watch",
+    ),
     *_needs("batch", "jobs", "get", "admission/writes.py Writer.get_job"),
     *_needs("batch", "jobs", "patch", "admission/writes.py Writer.admit/evict/suspend/mark_failed"),
     *_needs("batch", "jobs/status", "patch", "admission/writes.py Writer._clear_start"),

@@ -253,3 +253,16 @@ def test_a_dry_run_is_checked_but_not_counted() -> None:
         )
         assert answer["response"]["allowed"] is True
     assert state.backlog.pending("prod") == 0
+
+
+def test_a_relist_drops_the_jobs_it_no_longer_shows() -> None:
+    backlog = Backlog(Clock())
+    backlog.observe_minicluster("ADDED", stored_minicluster("mc"))
+    for name in ("a", "b"):
+        backlog.observe_job("ADDED", stored_job(name))
+    backlog.observe_job("ADDED", stored_job("mc", owner="mc"))
+    # The watch's history was compacted: a fresh LIST without a, with c; the MiniCluster stays.
+    backlog.relist_jobs([stored_job("b"), stored_job("c"), stored_job("mc", owner="mc")])
+    assert backlog.pending("prod") == 3
+    backlog.relist_jobs([])
+    assert backlog.pending("prod") == 1  # the MiniCluster, whose Job was last seen pending
