@@ -25,6 +25,7 @@ from typing import Any, Final, Literal
 
 from policies.phase import QueueLimits, job_pending
 from policies.vocabulary import QUEUE, SUBMITTED
+from webhook.decision import is_minicluster_ref
 
 GangKind = Literal["Job", "MiniCluster"]
 GangKey = tuple[str, str, str]
@@ -43,11 +44,7 @@ def gang_key_of_job(body: Mapping[str, Any]) -> GangKey:
     meta = body.get("metadata") or {}
     namespace = meta.get("namespace") or ""
     for ref in meta.get("ownerReferences") or []:
-        if (
-            ref.get("controller")
-            and ref.get("kind") == "MiniCluster"
-            and str(ref.get("apiVersion", "")).split("/")[0] == "flux-framework.org"
-        ):
+        if ref.get("controller") and is_minicluster_ref(ref):
             return ("MiniCluster", namespace, str(ref.get("name") or ""))
     return ("Job", namespace, meta.get("name") or "")
 
