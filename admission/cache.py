@@ -22,7 +22,6 @@ from typing import Any
 from admission.gangs import (
     JobRecord,
     PodRecord,
-    is_managed_job,
     job_record,
     namespace_selector_from,
     node_from,
@@ -40,6 +39,7 @@ from policies import (
     Resources,
     Snapshot,
 )
+from policies.phase import NO_LIMITS, QueueLimits, is_managed_job, parse_queue_limits
 from policies.reasons import namespace_not_allowed
 from policies.selectors import LabelSelector
 
@@ -65,6 +65,20 @@ class QueueView:
     error: str | None = None
     namespace_selector: LabelSelector | None = None
     """Namespaces whose gangs may use the queue; None or empty: all."""
+    limits: QueueLimits = NO_LIMITS
+    """`spec.limits`, which the webhook enforces; shown by the status service only."""
+
+
+def _limits(name: str, body: Mapping[str, Any]) -> QueueLimits:
+    """A Queue's `spec.limits`; one muster cannot read is logged and shown as none (the
+    planner does not use them, so it does not make the queue unusable)."""
+    try:
+        return parse_queue_limits(
+            (body.get("spec") or {}).get("limits"), f'queue "{name}": spec.limits'
+        )
+    except PolicyError as exc:
+        log.warning("%s", exc)
+        return NO_LIMITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +374,7 @@ class Cache:
                     name,
                     queue_from(body),
                     namespace_selector=selector if selector.requirements else None,
+                    limits=_limits(name, body),
                 )
             except ValueError as exc:
                 log.warning("queue %s ignored: %s", name, exc)

@@ -33,6 +33,7 @@ from policies.durations import (
 )
 from policies.kinds import FieldError, GangFields, job_fields, job_size_of, queue_of
 from policies.model import NodeTerm
+from policies.phase import job_finished, marked_failed
 from policies.preemption import parse_preemption
 from policies.selectors import LabelSelector, parse_label_selector
 from policies.submitted import StampError, parse_stamp
@@ -257,11 +258,6 @@ def _condition(status: Mapping[str, Any], kind: str) -> bool:
     )
 
 
-def is_managed_job(body: Mapping[str, Any]) -> bool:
-    meta = body.get("metadata") or {}
-    return QUEUE in (meta.get("labels") or {}) and SUBMITTED in (meta.get("annotations") or {})
-
-
 _READ_LABELS: Final = (QUEUE, MIN_MEMBERS, PRIORITY, ELASTIC_AFTER, CLOG_TIMEOUT)
 _READ_ANNOTATIONS: Final = (
     QUEUE,
@@ -289,7 +285,7 @@ def _status_only(previous: JobRecord, body: Mapping[str, Any]) -> JobRecord:
     return replace(
         previous,
         resource_version=(body.get("metadata") or {}).get("resourceVersion") or "",
-        finished=_condition(status, "Complete") or _condition(status, "Failed"),
+        finished=job_finished(status),
         ready=int(status.get("ready") or 0),
         succeeded=int(status.get("succeeded") or 0),
         started=status.get("startTime") is not None,
@@ -425,8 +421,8 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         admitted_at=admitted_at,
         admitted_size=admitted_size,
         evictions=evictions,
-        failed_state=annotations.get(STATE) == "Failed",
-        finished=_condition(status, "Complete") or _condition(status, "Failed"),
+        failed_state=marked_failed(annotations),
+        finished=job_finished(status),
         ready=int(status.get("ready") or 0),
         succeeded=int(status.get("succeeded") or 0),
         clog_timeout=fields.clog_timeout,

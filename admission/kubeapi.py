@@ -175,7 +175,9 @@ class KubeClient:
             headers["Content-Type"] = content_type
         credentials = self.credentials
         # 429 (throttled, or a new CRD's storage still initializing) is retried after the
-        # server's Retry-After, for at most `throttle_wait` seconds in all. A 401 is retried
+        # server's Retry-After, for at most `throttle_wait` seconds in all; a 429 without
+        # Retry-After (muster's webhook refusing a create past a queue's spec.limits) is
+        # raised at once, as client-go and kubectl do. A 401 is retried
         # once, with renewed credentials, if renewing them gave anything new.
         waited = 0.0
         renewed = False
@@ -189,7 +191,7 @@ class KubeClient:
                 renewed = True
                 if credentials.renew(version):
                     continue
-            if status != 429 or waited >= self.throttle_wait:
+            if status != 429 or retry_after is None or waited >= self.throttle_wait:
                 break
             delay = min(retry_after, self.throttle_wait - waited)
             time.sleep(delay)
@@ -218,7 +220,7 @@ class KubeClient:
 
     def _send(
         self, method: str, path: str, payload: bytes | None, headers: dict[str, str]
-    ) -> tuple[int, bytes, float]:
+    ) -> tuple[int, bytes, float | None]:
         """One request on this thread's connection, reconnecting once if it was dropped."""
         with self._lock:
             self.requests_sent += 1
@@ -234,10 +236,13 @@ class KubeClient:
                 if attempt == 2 or isinstance(exc, ssl.SSLCertVerificationError):
                     raise ApiUnreachable(access.unreachable(self.credentials, exc)) from exc
                 continue
-            try:
-                retry_after = float(response.getheader("Retry-After") or 1)
-            except ValueError:
-                retry_after = 1.0
+            header = response.getheader("Retry-After")
+            retry_after: float | None = None
+            if header is not None:
+                try:
+                    retry_after = max(float(header), 0.0)
+                except ValueError:
+                    retry_after = 1.0  # an HTTP date: wait a second
             return response.status, data, retry_after
         raise AssertionError("unreachable")
 

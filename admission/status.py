@@ -163,6 +163,12 @@ def queue_spec(view: QueueView) -> dict[str, object]:
         "lendingLimit": _amounts(queue.lending_limit),
         "strategy": queue.strategy,
         "nodeFit": queue.node_fit,
+        "limits": None
+        if view.limits.unlimited
+        else {
+            "maxPending": view.limits.max_pending,
+            "maxPendingPerNamespace": view.limits.max_pending_per_namespace,
+        },
     }
 
 

@@ -33,13 +33,17 @@ from typing import Any
 
 from admission.credentials import Credentials, KubeconfigSource, kopf_login, source_for
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
+from policies.vocabulary import QUEUE
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
 from webhook.configuration import build_configuration
 from webhook.decision import WebhookSettings
-from webhook.handlers import stamp_of
+from webhook.handlers import set_limits, stamp_of
 from webhook.review import WebhookState
 
 QUEUES_PATH = "/apis/muster.dev/v1alpha1/queues"
+JOBS_PATH = "/apis/batch/v1/jobs"
+MANAGED_JOBS = {"labelSelector": QUEUE}
+"""The Jobs muster manages, as the controller's watch selects them."""
 MINICLUSTERS_PATH = "/apis/flux-framework.org/v1alpha2/miniclusters"
 
 CONFIG_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -106,6 +110,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=8082,
         help="Prometheus /metrics port; 0: pick a free one; -1: off",
+    )
+    parser.add_argument(
+        "--webhook-metrics-port",
+        type=int,
+        default=None,
+        help="the webhook's own Prometheus /metrics (queue depth, refusals; docs/metrics.md); "
+        "0: pick a free one; -1: off (default: 8083, off when --metrics-port is -1, a free one "
+        "when it is 0)",
     )
     parser.add_argument("--status-addr", default="127.0.0.1", help="status/metrics address")
     parser.add_argument("--policy", default="drf", help="admission policy (drf, fifo, ...)")
@@ -215,18 +227,36 @@ def unregister_configuration(client: KubeClient, url: str) -> bool:
     return True
 
 
-def load_state(client: KubeClient) -> WebhookState:
-    """One LIST each of namespaces, Queues and MiniClusters (absent CRDs are fine)."""
+def load_state(client: KubeClient) -> tuple[WebhookState, int]:
+    """One LIST each of namespaces, Queues, managed Jobs (in pages) and MiniClusters (absent
+    CRDs are fine); and the Jobs' collection version, to watch them on from."""
     state = WebhookState()
     for ns in client.get("/api/v1/namespaces")["items"]:
         state.namespace_labels[ns["metadata"]["name"]] = dict(ns["metadata"].get("labels") or {})
     try:
-        state.queues = {q["metadata"]["name"] for q in client.get(QUEUES_PATH)["items"]}
+        queues = client.get(QUEUES_PATH)["items"]
+        state.queues = {q["metadata"]["name"] for q in queues}
+        for queue in queues:
+            set_limits(state, queue)
     except ApiError as exc:
         if exc.status != 404:
             raise
+    query = {**MANAGED_JOBS, "limit": "500"}
+    jobs_version = 0
+    while True:
+        page = client.get(JOBS_PATH, query)
+        for job in page["items"]:
+            state.backlog.observe_job(None, job)
+        meta = page.get("metadata") or {}
+        # Later pages of a chunked LIST are served at the first page's version.
+        jobs_version = jobs_version or int(meta.get("resourceVersion") or 0)
+        token = meta.get("continue")
+        if not token:
+            break
+        query["continue"] = token
     try:
         for mc in client.get(MINICLUSTERS_PATH)["items"]:
+            state.backlog.observe_minicluster(None, mc)
             stamp = stamp_of(mc)
             if stamp:
                 state.minicluster_stamps[(mc["metadata"]["namespace"], mc["metadata"]["name"])] = (
@@ -235,7 +265,7 @@ def load_state(client: KubeClient) -> WebhookState:
     except ApiError as exc:
         if exc.status != 404:
             raise
-    return state
+    return state, jobs_version
 
 
 PEERINGS_PATH = "/apis/kopf.dev/v1/clusterkopfpeerings"
@@ -280,11 +310,21 @@ def _no_diff_base() -> Any:
     return NoDiffBase()
 
 
+def webhook_metrics_port(args: argparse.Namespace) -> int:
+    """`--webhook-metrics-port`, or its default: as `--metrics-port` is -1 (off) or 0 (a free
+    port), else 8083."""
+    if args.webhook_metrics_port is not None:
+        return int(args.webhook_metrics_port)
+    return int(args.metrics_port) if args.metrics_port in (-1, 0) else 8083
+
+
 def _webhook_child_argv(args: argparse.Namespace, port: int) -> list[str]:
     """`muster run` for the webhook alone, with this invocation's webhook flags."""
     argv = [sys.executable, "-m", "muster.cli", "run", "--no-controller"]
     argv += ["--webhook-addr", args.webhook_addr, "--webhook-port", str(port)]
     argv += ["--default-queue", args.default_queue, "--status-port", "-1", "--metrics-port", "-1"]
+    argv += ["--status-addr", args.status_addr]
+    argv += ["--webhook-metrics-port", str(webhook_metrics_port(args))]
     argv += ["--webhook-server", args.webhook_server]
     for flag, value in (
         ("--kubeconfig", args.kubeconfig),
@@ -387,8 +427,11 @@ def _run_one(
     """Run what `args` asks for (webhook, controller or both) in this process, under kopf."""
     import kopf
 
+    from admission.controller import list_collection
+    from admission.streamwatch import StreamWatch
     from policies.submitted import SubmissionClock
     from webhook import handlers
+    from webhook.metrics import MetricsServer
     from webhook.server import WebhookServer
     from webhook.tls import create_webhook_tls
 
@@ -414,7 +457,19 @@ def _run_one(
     else:
         certfile, keyfile, ca_bundle = args.tls_cert, args.tls_key, b""
     client = KubeClient(credentials)
-    state = load_state(client) if webhook else WebhookState()
+    state, jobs_version = load_state(client) if webhook else (WebhookState(), 0)
+    job_watch: StreamWatch | None = None
+    if webhook:
+        # Managed Jobs into the backlog, on a thread of their own (Backlog is locked).
+        job_watch = StreamWatch(
+            client,
+            JOBS_PATH,
+            MANAGED_JOBS,
+            apply=state.backlog.observe_job,
+            relist=state.backlog.relist_jobs,
+            lister=list_collection,
+            name="webhook-jobs",
+        )
     if webhook and state.queues is None:
         logging.warning(
             "Queue CRD not installed (kubectl apply -f manifests/crd/); queue names are not checked"
@@ -444,6 +499,9 @@ def _run_one(
             clock=SubmissionClock(),
         )
         handlers.register(registry, server)
+    webhook_metrics: MetricsServer | None = None
+    if webhook and webhook_metrics_port(args) >= 0:
+        webhook_metrics = MetricsServer(state, args.status_addr, webhook_metrics_port(args))
     if not args.no_controller:
         from admission import controller
         from admission.controller import ServeSettings
@@ -501,6 +559,8 @@ def _run_one(
         if args.peering is not None:
             settings.peering.lifetime = args.peering_lifetime
             settings.peering.stealth = True
+        if webhook_metrics is not None:
+            await webhook_metrics.start()
         if args.local and webhook:
             asyncio.get_running_loop().create_task(_register_when_serving())
         if webhook_child is not None:
@@ -522,15 +582,20 @@ def _run_one(
         )
         await asyncio.to_thread(register_configuration, client, configuration)
         logging.info("webhook registered at https://%s:%d", args.webhook_addr, port)
-        print(f"muster: webhook ready at https://{args.webhook_addr}:{port}", flush=True)
+        metrics = f" metrics={webhook_metrics.url}" if webhook_metrics is not None else ""
+        print(f"muster: webhook ready at https://{args.webhook_addr}:{port}{metrics}", flush=True)
 
     @kopf.on.cleanup(registry=registry)
     async def unregister(**_: Any) -> None:
+        if webhook_metrics is not None:
+            await webhook_metrics.stop()
         if args.local and webhook:
             await asyncio.to_thread(
                 unregister_configuration, client, f"https://{args.webhook_addr}:{port}"
             )
 
+    if job_watch is not None:
+        job_watch.start(jobs_version)
     try:
         kopf.run(
             registry=registry,
@@ -542,6 +607,8 @@ def _run_one(
             priority=priority,
         )
     finally:
+        if job_watch is not None:
+            job_watch.stop()
         client.close()
         tmp.cleanup()
     return 0

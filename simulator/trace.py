@@ -38,6 +38,7 @@ from policies import (
     durations,
     parse_preemption,
 )
+from policies.phase import parse_queue_limits
 
 DEFAULT_TRACE = "blog-burst"
 """The trace `muster sim` replays when given none (shipped in simulator/traces/)."""
@@ -297,6 +298,7 @@ _QUEUE_FIELDS = (
     "backoff",
     "nodeFit",
     "preemption",
+    "limits",
 )
 _JOB_FIELDS = (
     "name",
@@ -421,6 +423,12 @@ def _queue_spec(item: object, index: int) -> QueueSpec:
     strategy = data.get("strategy", "BestEffortFIFO")
     if strategy not in ("BestEffortFIFO", "StrictFIFO"):
         raise TraceError(f"{where}.strategy: {strategy!r} is not BestEffortFIFO or StrictFIFO")
+    # Checked as the Queue's spec.limits is, and not simulated: the simulator has no ingress
+    # (every gang of a trace is submitted), so a limit would only drop gangs from the replay.
+    try:
+        parse_queue_limits(data.get("limits"), f"{where}.limits")
+    except PolicyError as error:
+        raise TraceError(str(error)) from None
     return QueueSpec(
         name=name,
         parent=parent,

@@ -114,6 +114,8 @@ class MusterProcess:
     metrics_url: str
     output: list[str] = field(default_factory=list)
     kubeconfig: Path | None = None
+    webhook_metrics_url: str | None = None
+    """The webhook process's own /metrics (queue depth, refusals), when it serves one."""
 
     def text(self) -> str:
         """Everything the process printed so far."""
@@ -124,10 +126,11 @@ class MusterProcess:
         assert self.kubeconfig is not None
         self.stop(sig)
         fresh = start_muster(self.kubeconfig)
-        self.proc, self.status_url, self.metrics_url = (
+        self.proc, self.status_url, self.metrics_url, self.webhook_metrics_url = (
             fresh.proc,
             fresh.status_url,
             fresh.metrics_url,
+            fresh.webhook_metrics_url,
         )
         self.output = fresh.output
 
@@ -211,8 +214,14 @@ def start_muster(
                 log.flush()
 
     threading.Thread(target=drain, daemon=True).start()
+    webhook_fields = dict(part.split("=", 1) for part in webhook.split() if "=" in part)
     return MusterProcess(
-        proc, f"http://{fields['status']}", f"http://{fields['metrics']}", output, kubeconfig
+        proc,
+        f"http://{fields['status']}",
+        f"http://{fields['metrics']}",
+        output,
+        kubeconfig,
+        webhook_fields.get("metrics"),
     )
 
 

@@ -30,6 +30,9 @@ MergePatch = dict[str, Any]
 class AdmissionRejected(ValueError):
     """The object is refused; the message says what is wrong, where, and what to do."""
 
+    code: int = 400
+    """The HTTP status the refusal carries (400: bad input)."""
+
 
 @dataclass(frozen=True)
 class WebhookSettings:

@@ -1,8 +1,11 @@
 """kopf registration for the webhook: watches that keep `WebhookState` current, and the server.
 
-Namespaces (their default-queue label), Queue names and MiniCluster stamps are watched with
-`@kopf.on.event`, which writes nothing to the objects. `muster run` fills the state with one
-LIST of each before the server starts, so the first review already sees the whole cluster.
+Namespaces (their default-queue label), Queues (names and `spec.limits`) and MiniClusters (their
+stamps, and their phase for `webhook.backlog`: pending gangs per queue, for the limits) are
+watched with `@kopf.on.event`, which writes nothing to the objects. Managed Jobs, far busier,
+reach the backlog through a lean stream that `muster run` starts (`admission.streamwatch`).
+`muster run` fills the state with one LIST of each before the server starts, so the first
+review already sees the whole cluster.
 
 Two ways to serve the reviews, both calling the same pure decision (`webhook.decision`):
 - `register` (default, `muster run --webhook-server lean`): muster's own aiohttp endpoint
@@ -14,11 +17,14 @@ Two ways to serve the reviews, both calling the same pure decision (`webhook.dec
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
+from policies.model import PolicyError
+from policies.phase import NO_LIMITS, parse_queue_limits
 from policies.submitted import SubmissionClock
 from policies.vocabulary import SUBMITTED
 from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
@@ -26,12 +32,32 @@ from webhook.decision import AdmissionRejected, WebhookSettings
 from webhook.review import WebhookState, decide
 from webhook.server import WebhookServer
 
+logger = logging.getLogger("muster.webhook")
+
 QUEUE_RESOURCE = ("muster.dev", "v1alpha1", "queues")
 MINICLUSTER_RESOURCE = ("flux-framework.org", "v1alpha2", "miniclusters")
 
 
 def stamp_of(body: Mapping[str, Any]) -> str | None:
     return ((body.get("metadata") or {}).get("annotations") or {}).get(SUBMITTED)
+
+
+def set_limits(state: WebhookState, queue: Mapping[str, Any]) -> None:
+    """Keep a Queue's `spec.limits` in `state`. One the apiserver let through but muster cannot
+    read (a CRD older than the field) is logged and enforced as no limit: the webhook fails
+    open on its own configuration, never closed."""
+    name = (queue.get("metadata") or {}).get("name") or ""
+    try:
+        limits = parse_queue_limits(
+            (queue.get("spec") or {}).get("limits"), f'queue "{name}": spec.limits'
+        )
+    except PolicyError as exc:
+        logger.warning("%s; the queue is not limited until it is fixed", exc)
+        limits = NO_LIMITS
+    if limits.unlimited:
+        state.limits.pop(name, None)
+    else:
+        state.limits[name] = limits
 
 
 def register(registry: kopf.OperatorRegistry, server: WebhookServer) -> None:
@@ -64,7 +90,11 @@ def register_kopf_mutate(
 
     def mutate(path: str) -> Any:
         def handler(
-            body: Mapping[str, Any], patch: kopf.Patch, warnings: list[str], **_: Any
+            body: Mapping[str, Any],
+            patch: kopf.Patch,
+            warnings: list[str],
+            dryrun: bool = False,
+            **_: Any,
         ) -> None:
             namespace = (body.get("metadata") or {}).get("namespace") or ""
             try:
@@ -75,9 +105,10 @@ def register_kopf_mutate(
                     state=state,
                     settings=settings,
                     stamp=clock.stamp,
+                    dry_run=dryrun,
                 )
             except AdmissionRejected as exc:
-                raise kopf.AdmissionError(str(exc), code=400) from None
+                raise kopf.AdmissionError(str(exc), code=exc.code) from None
             assert decision is not None, path  # both paths are muster's
             for key, value in decision.patch.items():
                 patch[key] = value
@@ -97,7 +128,8 @@ def register_kopf_mutate(
 
 
 def register_watches(registry: kopf.OperatorRegistry, state: WebhookState) -> None:
-    """Keep `state` current from kopf's watches of namespaces, Queues and MiniClusters."""
+    """Keep `state` current from kopf's watches of namespaces, Queues and MiniClusters (managed
+    Jobs: `muster run` streams them into `state.backlog`)."""
 
     @kopf.on.event("namespaces", registry=registry)
     def watch_namespace(type: str | None, name: str, labels: Mapping[str, str], **_: Any) -> None:
@@ -110,17 +142,20 @@ def register_watches(registry: kopf.OperatorRegistry, state: WebhookState) -> No
         queues = state.queues
 
         @kopf.on.event(*QUEUE_RESOURCE, registry=registry)
-        def watch_queue(type: str | None, name: str, **_: Any) -> None:
+        def watch_queue(type: str | None, name: str, body: Mapping[str, Any], **_: Any) -> None:
             if type == "DELETED":
                 queues.discard(name)
+                state.limits.pop(name, None)
             else:
                 queues.add(name)
+                set_limits(state, body)
 
     @kopf.on.event(*MINICLUSTER_RESOURCE, registry=registry)
     def watch_minicluster(
         type: str | None, namespace: str | None, name: str, body: Mapping[str, Any], **_: Any
     ) -> None:
         key = (namespace or "", name)
+        state.backlog.observe_minicluster(type, body)
         stamp = stamp_of(body)
         if type == "DELETED" or not stamp:
             state.minicluster_stamps.pop(key, None)

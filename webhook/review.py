@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from policies.phase import NO_LIMITS, QueueLimits
+from webhook.backlog import Backlog
 from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
 from webhook.decision import (
     AdmissionRejected,
@@ -33,9 +36,20 @@ class WebhookState:
     queues: set[str] | None = None
     """Names of existing Queues; None when the Queue CRD is not installed (nothing to check)."""
     minicluster_stamps: dict[tuple[str, str], str] = field(default_factory=dict)
+    limits: dict[str, QueueLimits] = field(default_factory=dict)
+    """Each Queue's `spec.limits`, for the queues that set one."""
+    backlog: Backlog = field(default_factory=lambda: Backlog(time.monotonic))
+    """Pending gangs per queue and namespace, fed by the Job and MiniCluster watches."""
 
     def known_queues(self) -> Collection[str] | None:
         return self.queues
+
+
+class QueueFull(AdmissionRejected):
+    """A new gang refused because its queue holds as many pending gangs as `spec.limits` allows:
+    answered with code 429 (Too Many Requests), as the apiserver's own rate limits are."""
+
+    code = 429
 
 
 def _escape(key: str) -> str:
@@ -80,6 +94,10 @@ def _response(
         payload["patch"] = base64.b64encode(json.dumps(patch).encode()).decode("ascii")
     if message is not None:
         payload["status"] = {"message": message, "code": code or 400}
+        if code == 429:
+            # kubectl prints "Error from server (TooManyRequests)"; no details.retryAfterSeconds,
+            # so the apiserver sends no Retry-After and clients do not retry by themselves.
+            payload["status"]["reason"] = "TooManyRequests"
     return {
         "apiVersion": review.get("apiVersion", "admission.k8s.io/v1"),
         "kind": review.get("kind", "AdmissionReview"),
@@ -95,11 +113,13 @@ def decide(
     state: WebhookState,
     settings: WebhookSettings,
     stamp: Callable[[], str],
+    dry_run: bool = False,
 ) -> Decision | None:
     """The decision for creating `obj` through the webhook at `/<path>`; None for no such path.
 
-    Raises AdmissionRejected for bad input. Used by both servers (the lean endpoint and kopf's
-    `@kopf.on.mutate` handlers).
+    Raises AdmissionRejected for bad input, QueueFull past the queue's `spec.limits`. Used by
+    both servers (the lean endpoint and kopf's `@kopf.on.mutate` handlers). A `dry_run` create
+    is checked against the limits but not counted: it is never stored.
     """
     common: dict[str, Any] = {
         "namespace": namespace,
@@ -107,15 +127,41 @@ def decide(
         "known_queues": state.known_queues(),
         "settings": settings,
     }
+    name = (obj.get("metadata") or {}).get("name") or ""
     if path == JOB_PATH:
         owner_stamp = None
+        owned_by_minicluster = False
         for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
             if ref.get("controller") and is_minicluster_ref(ref):
+                owned_by_minicluster = True
                 owner_stamp = state.minicluster_stamps.get((namespace, ref.get("name", "")))
-        return decide_job(obj, **common, stamp=stamp(), owner_stamp=owner_stamp)
+        decision = decide_job(obj, **common, stamp=stamp(), owner_stamp=owner_stamp)
+        # A MiniCluster's Job is not a new gang: its MiniCluster was counted when created.
+        if decision.managed and decision.queue is not None and not owned_by_minicluster:
+            _admit_gang(state, "Job", namespace, name, decision.queue, dry_run)
+        return decision
     if path == MINICLUSTER_PATH:
-        return decide_minicluster(obj, **common, stamp=stamp())
+        decision = decide_minicluster(obj, **common, stamp=stamp())
+        if decision.managed and decision.queue is not None:
+            _admit_gang(state, "MiniCluster", namespace, name, decision.queue, dry_run)
+        return decision
     return None
+
+
+def _admit_gang(
+    state: WebhookState,
+    kind: Literal["Job", "MiniCluster"],
+    namespace: str,
+    name: str,
+    queue: str,
+    dry_run: bool,
+) -> None:
+    """Hold a new gang to its queue's `spec.limits`: raise QueueFull past them, else count it
+    as pending at once (the next review sees it before the watch does)."""
+    limits = state.limits.get(queue, NO_LIMITS)
+    refusal = state.backlog.admit(kind, namespace, name, queue, limits, count=not dry_run)
+    if refusal is not None:
+        raise QueueFull(refusal.message)
 
 
 def review_response(
@@ -134,10 +180,16 @@ def review_response(
         return _response(review, allowed=True)
     try:
         decision = decide(
-            path, obj, namespace=namespace, state=state, settings=settings, stamp=stamp
+            path,
+            obj,
+            namespace=namespace,
+            state=state,
+            settings=settings,
+            stamp=stamp,
+            dry_run=bool(request.get("dryRun")),
         )
     except AdmissionRejected as exc:
-        return _response(review, allowed=False, message=str(exc), code=400)
+        return _response(review, allowed=False, message=str(exc), code=exc.code)
     if decision is None:
         return _response(
             review, allowed=False, message=f"muster has no webhook at /{path}", code=404

@@ -69,7 +69,12 @@ def _needs(group: str, resource: str, verbs: str, who: str, name: str | None = N
 
 
 NEEDS: tuple[Need, ...] = (
-    *_needs("batch", "jobs", "list watch", "admission/controller.py watch_job, list_everything"),
+    *_needs(
+        "batch",
+        "jobs",
+        "list watch",
+        "admission/controller.py watch_job, list_everything; run_command.load_state, job_watch",
+    ),
     *_needs("batch", "jobs", "get", "admission/writes.py Writer.get_job"),
     *_needs("batch", "jobs", "patch", "admission/writes.py Writer.admit/evict/suspend/mark_failed"),
     *_needs("batch", "jobs/status", "patch", "admission/writes.py Writer._clear_start"),
@@ -357,6 +362,7 @@ def test_the_webhook_configuration_is_the_builders_and_points_at_the_service(
     assert f"--webhook-port={container_ports['webhook']}" in args
     assert f"--status-port={container_ports['status']}" in args
     assert f"--metrics-port={container_ports['metrics']}" in args
+    assert f"--webhook-metrics-port={container_ports['webhook-metrics']}" in args
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "status"}
     assert deployment["spec"]["replicas"] == 2 and "--peering=muster" in args
 
@@ -389,7 +395,10 @@ def test_overlays_build(installed: str) -> None:
     (monitor,) = kustomize(MANIFESTS / "overlays/monitoring")
     (service,) = by_kind(kustomize(MANIFESTS), "Service")
     assert monitor["kind"] == "ServiceMonitor"
-    assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} == {"metrics", "webhook-metrics"}
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} <= {
+        p["name"] for p in service["spec"]["ports"]
+    }
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
 

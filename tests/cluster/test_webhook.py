@@ -204,6 +204,28 @@ def test_bad_input_is_rejected_and_nothing_is_stored(
     assert kube.get(jobs_path(namespace))["items"] == []
 
 
+def test_queue_limit_refuses_a_new_gang_with_429(kube: KubeClient, namespace: str) -> None:
+    """Both servers refuse past `spec.limits` (the rest is in test_queue_limits.py)."""
+    name = f"limited-{namespace}"[:63].rstrip("-")
+    body = {
+        "apiVersion": "muster.dev/v1alpha1",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"nominal": {"cpu": "0"}, "limits": {"maxPending": 1}},
+    }
+    kube.create("/apis/muster.dev/v1alpha1/queues", body)
+    try:
+        time.sleep(1.0)  # the webhook learns the queue and its limits from its watch
+        kube.create(jobs_path(namespace), labelled_job("first", name))
+        with pytest.raises(ApiError) as refused:
+            kube.create(jobs_path(namespace), labelled_job("second", name))
+        assert refused.value.status == 429
+        assert f"queue {name} holds 1 pending gang, its limit" in refused.value.message
+        assert [j["metadata"]["name"] for j in kube.get(jobs_path(namespace))["items"]] == ["first"]
+    finally:
+        kube.delete(f"/apis/muster.dev/v1alpha1/queues/{name}")
+
+
 def test_unknown_queue_is_accepted_with_a_kubectl_warning(
     kubeconfig: Path, kube: KubeClient, namespace: str, tmp_path: Path
 ) -> None:

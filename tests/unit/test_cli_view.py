@@ -118,7 +118,7 @@ def listing() -> Listing:
     b (no quota of its own) and c (8 cpu), where ns/ok fits now."""
     nodes = [node(f"n{i}") for i in range(4)]
     queues = [
-        queue("a", nominal={"cpu": "16"}),
+        queue("a", nominal={"cpu": "16"}, limits={"maxPending": 500}),
         queue("org"),
         queue("b", parent="org"),
         queue("c", parent="org", nominal={"cpu": "8"}, weight=2),
@@ -194,6 +194,8 @@ def test_the_status_service_and_the_computed_view_agree() -> None:
     assert queues["a"]["usage"] == {"cpu": "16"}
     assert queues["a"]["spec"]["nominal"] == {"cpu": "16"}
     assert queues["c"]["spec"]["parent"] == "org"
+    assert queues["a"]["spec"]["limits"] == {"maxPending": 500, "maxPendingPerNamespace": None}
+    assert queues["c"]["spec"]["limits"] is None
 
 
 def test_the_status_service_answers_304_to_a_matching_etag() -> None:

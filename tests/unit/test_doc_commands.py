@@ -413,13 +413,16 @@ def test_parse_error_catches_what_rots(argv: list[str], wrong: str) -> None:
 
 def test_every_metric_is_documented() -> None:
     from admission.metrics import ControllerMetrics
+    from webhook.metrics import registry_for
+    from webhook.review import WebhookState
 
     metrics = ControllerMetrics()
     metrics.track_requests(lambda: 0)
     exported = set()
-    for family in metrics.registry.collect():
-        suffix = "_total" if family.type == "counter" else ""
-        exported.add(family.name + suffix)
+    for registry in (metrics.registry, registry_for(WebhookState())):
+        for family in registry.collect():
+            suffix = "_total" if family.type == "counter" else ""
+            exported.add(family.name + suffix)
     text = (REPO / "docs/metrics.md").read_text()
     documented = set(re.findall(r"^\| `(muster_[a-z_]+)` \|", text, re.M))
     assert exported - documented == set(), "exported but not in docs/metrics.md"

@@ -1,0 +1,92 @@
+"""The webhook's Prometheus metrics, served by the webhook's own process on `/metrics`.
+
+The webhook usually runs in a child process of `muster run` (its own interpreter), so its
+figures cannot join the controller's registry; it serves them on `--webhook-metrics-port`
+(default 8083) instead. Read at scrape time from `WebhookState`: nothing is updated per review
+but the refusal count. Documented in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from webhook.review import WebhookState
+
+logger = logging.getLogger("muster.webhook")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _WebhookCollector(Collector):
+    def __init__(self, state: WebhookState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            "muster_webhook_pending_gangs",
+            "Pending gangs per queue as the webhook counts them against spec.limits: stored, "
+            "not admitted, not finished, plus creates it allowed that its watch has not shown.",
+            labels=["queue"],
+        )
+        depths = dict(self.state.backlog.depths())
+        for queue in sorted(set(depths) | set(self.state.queues or ()) | set(self.state.limits)):
+            depth.add_metric([queue], float(depths.get(queue, 0)))
+        yield depth
+        refusals = CounterMetricFamily(
+            "muster_webhook_refusals",
+            "Creates refused because the queue held as many pending gangs as spec.limits allows.",
+            labels=["queue", "reason"],
+        )
+        for (queue, reason), count in sorted(self.state.backlog.refusals().items()):
+            refusals.add_metric([queue, reason], float(count))
+        yield refusals
+
+
+def registry_for(state: WebhookState) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(_WebhookCollector(state))
+    return registry
+
+
+class MetricsServer:
+    """Plain-HTTP `/metrics` of one webhook process (port 0: a free one; `port` says which)."""
+
+    def __init__(self, state: WebhookState, addr: str, port: int) -> None:
+        self.registry = registry_for(state)
+        self.addr = addr
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE}
+        )
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.add_routes([web.get("/metrics", self._metrics)])
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        # Bound here, not by aiohttp, so port 0 tells which free port it got.
+        sock = socket.socket(socket.AF_INET6 if ":" in self.addr else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.addr, self.port))
+        self.port = int(sock.getsockname()[1])
+        await web.SockSite(self._runner, sock).start()
+        logger.info("webhook metrics on http://%s:%d/metrics", self.addr, self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.addr}:{self.port}"
