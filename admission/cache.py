@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ from admission.gangs import (
     pod_record,
     queue_from,
 )
+from admission.history import GangHistory
 from policies import (
     AdmittedGang,
     Gang,
@@ -103,6 +105,8 @@ class Cache:
     gated_arrived: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when a gated pod appears: the controller places it without waiting for a plan."""
     _capacity: Resources | None = None
+    history: GangHistory = field(default_factory=GangHistory)
+    """Gangs seen finish or fail (admission/history.py), for /v1/history."""
 
     # -- change notification -------------------------------------------------------------
 
@@ -159,7 +163,21 @@ class Cache:
             # Our admission PATCH may still be in flight (or this event predates it).
             if new.admitted_at is None and old.local_admit is not None and new.suspended:
                 new.local_admit = old.local_admit
+            # The start seen under this admission (not one before an eviction).
+            adm = new.admission
+            if old.started_at is not None and adm is not None and old.started_at >= adm[0] - 1:
+                new.started_at = old.started_at
+        now = time.time()
+        if (
+            old is not None
+            and new.started_at is None
+            and not new.finished
+            and (adm := new.admission) is not None
+            and new.ready + new.succeeded >= new.gang.min
+        ):
+            new.started_at = max(now, adm[0])
         self.jobs[key] = new
+        self.history.observe(old, new, body, now)
         if new.finished or (new.admitted_at is None and new.local_admit is None):
             self.reservations.pop(key, None)
         if old is None or _visible(old) != _visible(new):

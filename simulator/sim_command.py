@@ -25,6 +25,7 @@ examples:
   muster sim two-queues --admission muster     # another shipped trace, muster only
   muster sim my-trace.yaml --seed 7 --out out/mine
   muster sim cluster.yaml --jobs-csv jobs.csv  # cluster and queues from a trace, jobs from CSV
+  muster sim cluster.yaml --jobs-csv history.csv   # replay `muster history -o csv`
   muster sim two-queues --placement scheduler  # what-if: admitted gangs not pinned to the plan
   muster sim --engine kwok                     # the blog burst on a real control plane, 25x
   muster sim two-queues --engine kwok --admission muster --time-scale 50
@@ -58,6 +59,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="replace the trace's jobs with a CSV job list (columns in docs/simulator.md)",
+    )
+    parser.add_argument(
+        "--csv-time-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="multiply the --jobs-csv times (submissions, runtimes) by X: a history taken from "
+        "a kwok replay at --time-scale X is in wall seconds, X brings it back to trace seconds "
+        "(default 1)",
+    )
+    parser.add_argument(
+        "--pod-start-delay",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="in-process: seconds from a pod's binding to it running (default: the trace's "
+        "podStartDelay); with a history as --jobs-csv, its median admission-to-start time is "
+        "printed as a suggestion",
     )
     parser.add_argument(
         "--lookahead",
@@ -158,16 +177,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from simulator.engine import EngineConfig, simulate
-    from simulator.trace import TraceError, load, load_jobs_csv, with_jobs
+    from simulator.trace import TraceError, load, read_jobs_csv, with_jobs
 
     try:
         trace = load(args.trace)
         if args.jobs_csv is not None:
-            trace = with_jobs(trace, load_jobs_csv(args.jobs_csv), str(args.jobs_csv))
+            read = read_jobs_csv(args.jobs_csv, scale=args.csv_time_scale)
+            trace = with_jobs(trace, read.jobs, str(args.jobs_csv))
+            if read.engine or read.skipped or read.start_latency is not None:
+                _history_note(read, trace.pod_start_delay, args)
     except TraceError as exc:
         print(f"muster sim: {exc}", file=sys.stderr)
         return 2
+    if args.pod_start_delay is not None:
+        if args.pod_start_delay < 0:
+            print("muster sim: --pod-start-delay must not be negative", file=sys.stderr)
+            return 2
+        trace = dataclasses.replace(trace, pod_start_delay=args.pod_start_delay)
     if args.lookahead < 0:
         print("muster sim: --lookahead must be 0 (all) or positive", file=sys.stderr)
         return 2
@@ -266,6 +295,22 @@ def _run_kwok(trace: Trace, engines: list[Admission], args: argparse.Namespace) 
     if code == 0:
         _add_engine_section(out_dir, settings, figures)
     return code
+
+
+def _history_note(read: Any, trace_delay: float, args: argparse.Namespace) -> None:
+    """What replaying a history left out, and its start latency next to the model's."""
+    if args.quiet:
+        return
+    parts = [f"{len(read.jobs)} gangs" + (f" (engine {read.engine})" if read.engine else "")]
+    if read.skipped:
+        parts.append(f"{read.skipped} that never ran left out")
+    if read.start_latency is not None:
+        delay = args.pod_start_delay if args.pod_start_delay is not None else trace_delay
+        parts.append(
+            f"median admission-to-start {read.start_latency:.1f}s (the model's pod start delay: "
+            f"{delay:g}s; --pod-start-delay sets it)"
+        )
+    print(f"muster sim: history {args.jobs_csv}: {'; '.join(parts)}", file=sys.stderr)
 
 
 def _stderr(message: str) -> None:
