@@ -207,6 +207,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     engines: list[Admission] = ["none", "muster"] if args.admission == "both" else [args.admission]
     if args.engine == "kwok":
+        if args.pod_start_delay is not None:
+            print(
+                "muster sim: --pod-start-delay is an in-process option; on kwok the control "
+                "plane takes the time it takes (the replay prints it)",
+                file=sys.stderr,
+            )
+            return 2
         if args.placement is not None:
             print(
                 "muster sim: --placement is an in-process option; on kwok, kube-scheduler "

@@ -238,3 +238,15 @@ def test_the_pod_start_delay_option_reaches_the_model(tmp_path: Path) -> None:
         makespans.append(json.loads((out / "summary.json").read_text())["muster"]["makespan_s"])
     assert makespans[1] > makespans[0]
     assert cli.main(["sim", "two-queues", "--pod-start-delay", "-1", "--quiet"]) == 2
+
+
+def test_pod_start_delay_is_refused_on_kwok(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["sim", "--engine", "kwok", "--pod-start-delay", "5", "--quiet"]) == 2
+    assert "in-process option" in capsys.readouterr().err
+
+
+def test_the_shipped_history_example_replays_two_queues() -> None:
+    read = read_jobs_csv(Path(__file__).parents[2] / "simulator/traces/history-example.csv")
+    assert len(read.jobs) == 4 and read.skipped == 1
+    assert {j.namespace for j in read.jobs} == {"team-a", "team-b"}
+    assert read.jobs[2].min_size == 12 and read.jobs[2].runtime == pytest.approx(899.269)
