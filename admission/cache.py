@@ -107,6 +107,13 @@ class Cache:
     _capacity: Resources | None = None
     history: GangHistory = field(default_factory=GangHistory)
     """Gangs seen finish or fail (admission/history.py), for /v1/history."""
+    gang_ready: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """Per gang ("namespace/gang label"): its live pods that are ready."""
+    gang_jobs: dict[str, str] = field(default_factory=dict)
+    """Gang ("namespace/gang label") -> the key of its Job in `jobs`."""
+    pods_ended: dict[str, float] = field(default_factory=dict)
+    """Per gang ("namespace/gang label"): when its last live pod ended or went (its room was
+    free then; the Job's Complete condition follows later), until its Job leaves the cache."""
 
     # -- change notification -------------------------------------------------------------
 
@@ -151,6 +158,8 @@ class Cache:
         if event == "DELETED" or not is_managed_job(body):
             if old is not None:
                 del self.jobs[key]
+                self.pods_ended.pop(f"{old.namespace}/{old.gang_label}", None)
+                self.gang_jobs.pop(f"{old.namespace}/{old.gang_label}", None)
                 self.reservations.pop(key, None)
                 self._rvs.pop(f"job:{key}", None)
                 self.touch(key)
@@ -177,7 +186,10 @@ class Cache:
         ):
             new.started_at = max(now, adm[0])
         self.jobs[key] = new
-        self.history.observe(old, new, body, now)
+        self.gang_jobs[f"{new.namespace}/{new.gang_label}"] = key
+        self.history.observe(
+            old, new, body, now, self.pods_ended.get(f"{new.namespace}/{new.gang_label}")
+        )
         if new.finished or (new.admitted_at is None and new.local_admit is None):
             self.reservations.pop(key, None)
         if old is None or _visible(old) != _visible(new):
@@ -211,9 +223,28 @@ class Cache:
             self._account(new, +1)
         else:
             self._rvs.pop(f"pod:{uid}", None)
+        changed = new if new is not None else old
+        if changed is not None and changed.gang is not None:
+            self._gang_pods_changed(changed.gang)
         # Freed room matters to the planner; a newly bound pod only moves room around.
         if old is not None and old.node and (new is None or new.node != old.node):
             self.changed.set()
+
+    def _gang_pods_changed(self, gang: str) -> None:
+        """For the history: when an admitted gang's minimum of pods is ready (its start; the
+        Job's status.ready says so a moment later) and when its last live pod ends."""
+        if gang not in self.gang_bound and gang not in self.gang_unbound:
+            self.pods_ended[gang] = time.time()
+            return
+        record = self.jobs.get(self.gang_jobs.get(gang, ""))
+        if (
+            record is not None
+            and record.started_at is None
+            and not record.finished
+            and (adm := record.admission) is not None
+            and self.gang_ready.get(gang, 0) >= record.gang.min
+        ):
+            record.started_at = max(time.time(), adm[0])
 
     def _account(self, pod: PodRecord, sign: int) -> None:
         if pod.gang is not None and not pod.gated and (pod.target or pod.node):
@@ -238,6 +269,10 @@ class Cache:
                 self.gang_unbound[pod.gang] += sign
                 if not self.gang_unbound[pod.gang]:
                     del self.gang_unbound[pod.gang]
+            if pod.ready:
+                self.gang_ready[pod.gang] += sign
+                if not self.gang_ready[pod.gang]:
+                    del self.gang_ready[pod.gang]
         if not pod.node:
             return
         add = pod.requests if sign > 0 else None

@@ -6,10 +6,11 @@ limit). Rows are `policies.history.HistoryRow`s in wall-clock seconds since the 
 
 State lives in the cluster: a restarted controller rebuilds the history from the Jobs still
 there (a Job deleted, e.g. by its ttlSecondsAfterFinished, leaves the history at the next
-restart). Seen live, a gang's start (its minimum of pods ready) and end are the times the
-cache saw them; rebuilt, they come from the object: `status.startTime` (when the Job was
-unsuspended, a little before its pods ran) and `status.completionTime` or the Complete/Failed
-condition's `lastTransitionTime` (1-second resolution). Submission, admission, evictions and
+restart). Seen live, a gang's start (its minimum of pods ready, from the Job's status) and end
+(its last pod ended, else the Job Complete) are the times the cache saw them; rebuilt, they
+come from the object: `status.startTime` (when the Job was unsuspended, a little before its
+pods ran) and `status.completionTime` or the Complete/Failed condition's `lastTransitionTime`
+(1-second resolution). Submission, admission, evictions and
 preemptions are muster's annotations either way.
 """
 
@@ -48,11 +49,18 @@ def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None
 
 
 def history_row(
-    record: JobRecord, body: Mapping[str, Any], now: float, *, live: bool
+    record: JobRecord,
+    body: Mapping[str, Any],
+    now: float,
+    *,
+    live: bool,
+    pods_ended: float | None = None,
 ) -> tuple[HistoryRow, float]:
     """The history row of a gang that has just ended, and when it ended (for `since`).
 
-    `live`: the cache saw the Job before it ended, so `now` is (about) when it did."""
+    `live`: the cache saw the Job before it ended, so `now` is (about) when it did;
+    `pods_ended`: when the cache saw the gang's last pod end (its room free: the Job controller
+    reports the Job Complete later, up to a second or so on a busy control plane)."""
     status = body.get("status") or {}
     gang = record.gang
     admission = record.admission
@@ -65,6 +73,14 @@ def history_row(
         )
         ended_at = now if live and (stamped is None or now - stamped < LIVE_SLACK) else stamped
         ended_at = now if ended_at is None else ended_at
+        admitted_at = admission[0] if admission is not None else None
+        if (
+            live
+            and pods_ended is not None
+            and admitted_at is not None
+            and admitted_at <= pods_ended <= ended_at
+        ):
+            ended_at = pods_ended
     started = record.started_at
     if started is None and admission is not None:
         # Rebuilt (or too quick to be seen ready): when the Job was unsuspended.
@@ -125,15 +141,21 @@ class GangHistory:
         return len(self._rows)
 
     def observe(
-        self, old: JobRecord | None, new: JobRecord, body: Mapping[str, Any], now: float
+        self,
+        old: JobRecord | None,
+        new: JobRecord,
+        body: Mapping[str, Any],
+        now: float,
+        pods_ended: float | None = None,
     ) -> None:
-        """Record `new` if its gang has ended and was not recorded yet."""
+        """Record `new` if its gang has ended and was not recorded yet (`pods_ended`: when its
+        last pod ended, as the cache saw it)."""
         if not (new.finished or new.failed_state) or new.uid in self._rows:
             return
         if not new.uid:
             return
         live = old is not None and old.uid == new.uid and not (old.finished or old.failed_state)
-        row, ended = history_row(new, body, now, live=live)
+        row, ended = history_row(new, body, now, live=live, pods_ended=pods_ended)
         self._rows[new.uid] = (ended, row)
         while len(self._rows) > self.limit:
             self._rows.popitem(last=False)

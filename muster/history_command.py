@@ -38,8 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "Times in csv/json are wall-clock seconds since the epoch (submitted_s, admitted_s,\n"
         "started_s, finished_s); wait_s and runtime_s are durations. started_s is when the\n"
-        "gang had its minimum of pods ready; for gangs that ended before the controller last\n"
-        "restarted, the Job's status.startTime (docs/simulator.md, 'Replaying a history').\n"
+        "gang had its minimum of pods ready, finished_s when its last pod ended; for gangs\n"
+        "that ended before the controller last started, the Job's status.startTime and\n"
+        "completionTime (docs/simulator.md, 'gangs.csv' and 'Replaying a history').\n"
         "\nexamples:\n"
         "  muster history --status-url http://localhost:8081\n"
         "  muster history --since 1h -o csv > history.csv\n"

@@ -75,8 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SECONDS",
         help="in-process: seconds from a pod's binding to it running (default: the trace's "
-        "podStartDelay); with a history as --jobs-csv, its median admission-to-start time is "
-        "printed as a suggestion",
+        "podStartDelay; with a history as --jobs-csv, the history's median admission-to-start "
+        "time)",
     )
     parser.add_argument(
         "--lookahead",
@@ -189,6 +189,9 @@ def run(args: argparse.Namespace) -> int:
             trace = with_jobs(trace, read.jobs, str(args.jobs_csv))
             if read.engine or read.skipped or read.start_latency is not None:
                 _history_note(read, trace.pod_start_delay, args)
+            if read.start_latency is not None and args.pod_start_delay is None:
+                # The cluster's own start latency, as the history measured it.
+                trace = dataclasses.replace(trace, pod_start_delay=read.start_latency)
     except TraceError as exc:
         print(f"muster sim: {exc}", file=sys.stderr)
         return 2
@@ -305,17 +308,18 @@ def _run_kwok(trace: Trace, engines: list[Admission], args: argparse.Namespace) 
 
 
 def _history_note(read: Any, trace_delay: float, args: argparse.Namespace) -> None:
-    """What replaying a history left out, and its start latency next to the model's."""
+    """What replaying a history left out, and which pod start delay the model uses."""
     if args.quiet:
         return
     parts = [f"{len(read.jobs)} gangs" + (f" (engine {read.engine})" if read.engine else "")]
     if read.skipped:
         parts.append(f"{read.skipped} that never ran left out")
-    if read.start_latency is not None:
-        delay = args.pod_start_delay if args.pod_start_delay is not None else trace_delay
+    if args.pod_start_delay is not None:
+        parts.append(f"pod start delay {args.pod_start_delay:g}s (--pod-start-delay)")
+    elif read.start_latency is not None:
         parts.append(
-            f"median admission-to-start {read.start_latency:.1f}s (the model's pod start delay: "
-            f"{delay:g}s; --pod-start-delay sets it)"
+            f"pod start delay {read.start_latency:.1f}s: the history's median admission-to-start "
+            f"(the trace's: {trace_delay:g}s; --pod-start-delay sets another)"
         )
     print(f"muster sim: history {args.jobs_csv}: {'; '.join(parts)}", file=sys.stderr)
 

@@ -22,7 +22,7 @@ from muster import cli
 from policies import Resources
 from policies.history import COLUMNS, HistoryRow, format_requests, to_csv
 from simulator.trace import TraceError, load_jobs_csv, read_jobs_csv
-from tests.unit.test_cli_view import NOW, job, served
+from tests.unit.test_cli_view import NOW, job, pod, served
 
 
 def _row(**overrides: Any) -> HistoryRow:
@@ -105,6 +105,35 @@ def test_a_gang_seen_live_is_timed_by_the_cache(monkeypatch: pytest.MonkeyPatch)
     again["metadata"]["resourceVersion"] = "500"
     cache.apply_job("MODIFIED", again)
     assert len(cache.history) == 1
+
+
+def test_a_gang_ends_when_its_last_pod_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gang starts when its minimum of pods is ready and ends when its last pod ends, as the
+    pod watch shows them; the Job's status.ready and Complete follow a moment later."""
+    clock = [NOW]
+    monkeypatch.setattr("admission.cache.time.time", lambda: clock[0])
+    cache = Cache()
+    body = job("g", "a", pods=2, seq=1, admitted=2)
+    cache.apply_job("ADDED", body)
+    pods = [pod(f"g-{i}", "g", f"n{i}", "1") for i in range(2)]
+    for i, p in enumerate(pods):
+        clock[0] = NOW + i
+        cache.apply_pod("ADDED", p)
+    for i, p in enumerate(pods):
+        clock[0] = NOW + 60 + i
+        done = copy.deepcopy(p)
+        done["metadata"]["resourceVersion"] = "9"
+        done["status"]["phase"] = "Succeeded"
+        cache.apply_pod("MODIFIED", done)
+    clock[0] = NOW + 62.5
+    cache.apply_job("MODIFIED", _finished(body, NOW + 62))
+    [row] = cache.history.rows()
+    assert row.started == NOW + 1  # the second (min) ready pod, not the Job's status.ready
+    assert row.finished == NOW + 61  # the last pod, not the Complete condition
+    gone = _finished(body, NOW + 62)
+    gone["metadata"]["resourceVersion"] = "999"
+    cache.apply_job("DELETED", gone)
+    assert cache.pods_ended == {} and len(cache.history) == 1
 
 
 def test_a_restarted_controller_rebuilds_rows_from_the_objects() -> None:
