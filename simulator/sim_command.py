@@ -164,7 +164,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         metavar="SECONDS",
         help="least wall seconds a queue's compressed clog timeout is set to, so gangs the "
-        "control plane is still starting are not evicted as clogs (default 30; 0 = none)",
+        "control plane is still starting are not evicted as clogs (default 30; 0 = none); "
+        "in-process with --csv-time-scale X, the queues' clog timeouts are raised to X times "
+        "it, as the replayed kwok history had them",
     )
     kwok.add_argument(
         "--stall",
@@ -192,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
             if read.start_latency is not None and args.pod_start_delay is None:
                 # The cluster's own start latency, as the history measured it.
                 trace = dataclasses.replace(trace, pod_start_delay=read.start_latency)
+            if args.csv_time_scale != 1.0 and args.engine == "in-process":
+                trace = _kwok_clog_floor(trace, args)
     except TraceError as exc:
         print(f"muster sim: {exc}", file=sys.stderr)
         return 2
@@ -305,6 +309,29 @@ def _run_kwok(trace: Trace, engines: list[Admission], args: argparse.Namespace) 
     if code == 0:
         _add_engine_section(out_dir, settings, figures)
     return code
+
+
+def _kwok_clog_floor(trace: Trace, args: argparse.Namespace) -> Trace:
+    """A kwok replay's history (--csv-time-scale X) replayed with the clog timeouts its
+    controller had: none below --min-clog-timeout wall seconds, X times that in trace time
+    (simulator/kwok_objects.queue_body); a start delay that long is not a clog there."""
+    import dataclasses
+
+    floor = args.min_clog_timeout * args.csv_time_scale
+    raised = [q.name for q in trace.queues if q.clog_timeout < floor]
+    if not raised:
+        return trace
+    if not args.quiet:
+        print(
+            f"muster sim: clog timeouts of {', '.join(raised)} raised to {floor:g}s "
+            f"(--min-clog-timeout {args.min_clog_timeout:g} x --csv-time-scale "
+            f"{args.csv_time_scale:g}), as the kwok replay had them",
+            file=sys.stderr,
+        )
+    queues = tuple(
+        dataclasses.replace(q, clog_timeout=max(q.clog_timeout, floor)) for q in trace.queues
+    )
+    return dataclasses.replace(trace, queues=queues)
 
 
 def _history_note(read: Any, trace_delay: float, args: argparse.Namespace) -> None:
