@@ -279,3 +279,17 @@ def test_the_shipped_history_example_replays_two_queues() -> None:
     assert len(read.jobs) == 4 and read.skipped == 1
     assert {j.namespace for j in read.jobs} == {"team-a", "team-b"}
     assert read.jobs[2].min_size == 12 and read.jobs[2].runtime == pytest.approx(899.269)
+
+
+def test_a_kwok_history_replays_with_the_clog_floor_it_had(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A kwok replay at --time-scale X floors clog timeouts at --min-clog-timeout wall seconds;
+    its history, replayed in-process at --csv-time-scale X, gets the same floor in trace time."""
+    history = Path(__file__).parents[2] / "simulator/traces/history-example.csv"
+    argv = ["sim", "two-queues", "--jobs-csv", str(history), "--admission", "muster"]
+    argv += ["--csv-time-scale", "2", "--min-clog-timeout", "200", "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "clog timeouts of research, team-a, team-b raised to 400s" in err
+    assert "pod start delay 3.8s: the history's median admission-to-start" in err
