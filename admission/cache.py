@@ -233,10 +233,13 @@ class Cache:
     def _gang_pods_changed(self, gang: str) -> None:
         """For the history: when an admitted gang's minimum of pods is ready (its start; the
         Job's status.ready says so a moment later) and when its last live pod ends."""
+        key = self.gang_jobs.get(gang)
+        if key is None:
+            return  # not a gang the cache holds (its Job gone: nothing to keep for it)
         if gang not in self.gang_bound and gang not in self.gang_unbound:
             self.pods_ended[gang] = time.time()
             return
-        record = self.jobs.get(self.gang_jobs.get(gang, ""))
+        record = self.jobs.get(key)
         if (
             record is not None
             and record.started_at is None
