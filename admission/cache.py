@@ -182,8 +182,10 @@ class Cache:
             and new.started_at is None
             and not new.finished
             and (adm := new.admission) is not None
-            and new.ready + new.succeeded >= new.gang.min
+            and new.ready >= new.gang.min
         ):
+            # The Job says its minimum is ready (the pod watch usually said so first). Not
+            # from `succeeded`: pods that ended already say when it stopped, not started.
             new.started_at = max(now, adm[0])
         self.jobs[key] = new
         self.gang_jobs[f"{new.namespace}/{new.gang_label}"] = key
