@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -28,6 +29,7 @@ from admission.gangs import (
     pod_record,
     queue_from,
 )
+from admission.history import GangHistory
 from policies import (
     AdmittedGang,
     Gang,
@@ -127,6 +129,15 @@ class Cache:
     gated_arrived: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when a gated pod appears: the controller places it without waiting for a plan."""
     _capacity: Resources | None = None
+    history: GangHistory = field(default_factory=GangHistory)
+    """Gangs seen finish or fail (admission/history.py), for /v1/history."""
+    gang_ready: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """Per gang ("namespace/gang label"): its live pods that are ready."""
+    gang_jobs: dict[str, str] = field(default_factory=dict)
+    """Gang ("namespace/gang label") -> the key of its Job in `jobs`."""
+    pods_ended: dict[str, float] = field(default_factory=dict)
+    """Per gang ("namespace/gang label"): when its last live pod ended or went (its room was
+    free then; the Job's Complete condition follows later), until its Job leaves the cache."""
 
     # -- change notification -------------------------------------------------------------
 
@@ -171,6 +182,8 @@ class Cache:
         if event == "DELETED" or not is_managed_job(body):
             if old is not None:
                 del self.jobs[key]
+                self.pods_ended.pop(f"{old.namespace}/{old.gang_label}", None)
+                self.gang_jobs.pop(f"{old.namespace}/{old.gang_label}", None)
                 self.reservations.pop(key, None)
                 self._rvs.pop(f"job:{key}", None)
                 self.touch(key)
@@ -183,7 +196,26 @@ class Cache:
             # Our admission PATCH may still be in flight (or this event predates it).
             if new.admitted_at is None and old.local_admit is not None and new.suspended:
                 new.local_admit = old.local_admit
+            # The start seen under this admission (not one before an eviction).
+            adm = new.admission
+            if old.started_at is not None and adm is not None and old.started_at >= adm[0] - 1:
+                new.started_at = old.started_at
+        now = time.time()
+        if (
+            old is not None
+            and new.started_at is None
+            and not new.finished
+            and (adm := new.admission) is not None
+            and new.ready >= new.gang.min
+        ):
+            # The Job says its minimum is ready (the pod watch usually said so first). Not
+            # from `succeeded`: pods that ended already say when it stopped, not started.
+            new.started_at = max(now, adm[0])
         self.jobs[key] = new
+        self.gang_jobs[f"{new.namespace}/{new.gang_label}"] = key
+        self.history.observe(
+            old, new, body, now, self.pods_ended.get(f"{new.namespace}/{new.gang_label}")
+        )
         if new.finished or (new.admitted_at is None and new.local_admit is None):
             self.reservations.pop(key, None)
         if old is None or _visible(old) != _visible(new):
@@ -305,9 +337,31 @@ class Cache:
             self._account(new, +1)
         else:
             self._rvs.pop(f"pod:{uid}", None)
+        changed = new if new is not None else old
+        if changed is not None and changed.gang is not None:
+            self._gang_pods_changed(changed.gang)
         # Freed room matters to the planner; a newly bound pod only moves room around.
         if old is not None and old.node and (new is None or new.node != old.node):
             self.changed.set()
+
+    def _gang_pods_changed(self, gang: str) -> None:
+        """For the history: when an admitted gang's minimum of pods is ready (its start; the
+        Job's status.ready says so a moment later) and when its last live pod ends."""
+        key = self.gang_jobs.get(gang)
+        if key is None:
+            return  # not a gang the cache holds (its Job gone: nothing to keep for it)
+        if gang not in self.gang_bound and gang not in self.gang_unbound:
+            self.pods_ended[gang] = time.time()
+            return
+        record = self.jobs.get(key)
+        if (
+            record is not None
+            and record.started_at is None
+            and not record.finished
+            and (adm := record.admission) is not None
+            and self.gang_ready.get(gang, 0) >= record.gang.min
+        ):
+            record.started_at = max(time.time(), adm[0])
 
     def _account(self, pod: PodRecord, sign: int) -> None:
         if pod.gang is not None and not pod.gated and (pod.target or pod.node):
@@ -332,6 +386,10 @@ class Cache:
                 self.gang_unbound[pod.gang] += sign
                 if not self.gang_unbound[pod.gang]:
                     del self.gang_unbound[pod.gang]
+            if pod.ready:
+                self.gang_ready[pod.gang] += sign
+                if not self.gang_ready[pod.gang]:
+                    del self.gang_ready[pod.gang]
         if not pod.node:
             return
         add = pod.requests if sign > 0 else None

@@ -19,6 +19,7 @@ from typing import Any
 import kopf
 
 from admission.cache import Cache, cache_key
+from admission.history import GangHistory
 from admission.kubeapi import ApiError, KubeClient
 from admission.loop import Controller, ControllerSettings
 from admission.metrics import ControllerMetrics
@@ -195,7 +196,7 @@ def register(
     serve = serve or ServeSettings()
     metrics = ControllerMetrics()
     metrics.track_requests(lambda: client.requests_sent)
-    cache = Cache()
+    cache = Cache(history=GangHistory(settings.history_limit))
     runtime = Runtime(cache, metrics)
 
     @kopf.on.event("batch", "v1", "jobs", labels={QUEUE: kopf.PRESENT}, registry=registry)

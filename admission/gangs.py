@@ -202,6 +202,8 @@ class JobRecord:
     local_admit: tuple[float, int] | None = field(default=None)
     reached_min: bool = False
     below_min_since: float | None = None
+    started_at: float | None = None
+    """When the cache saw the admitted gang's minimum of pods ready (its start, for history)."""
 
     @property
     def key(self) -> str:

@@ -65,6 +65,8 @@ class ControllerSettings:
     pin: bool = True
     """Pin each admitted gang's pod template to the nodes the planner chose (off: the
     scheduler may place the pods anywhere they fit, and the plan may not be what runs)."""
+    history_limit: int = 100_000
+    """Gangs the history (/v1/history) keeps; the oldest go first (admission/history.py)."""
 
 
 def _job(record: JobRecord) -> JobRef:

@@ -6,6 +6,8 @@ preemptor, with the planner's current reason in `waitingFor`).
 With `?wait=SECONDS&since=VERSION` the request is held until the gang's version differs from
 VERSION (or SECONDS pass): a pod with only the standard library can wait for its gang cheaply.
 `GET /v1/queues` → per-queue pending, admitted, usage, share, and the spec's parent and quota.
+`GET /v1/history[?since=SECONDS]` → the gangs seen finish or fail (in the last SECONDS), one row
+each in the columns of the simulator's gangs.csv (admission/history.py).
 `GET /metrics` (on the metrics listener) → Prometheus text. No request here makes an API call.
 Until the cache is synced (a replica still loading, or a standby under kopf peering, whose watches
 are paused) `/v1/*` answers `503` with `Retry-After`: never a partial or stale view.
@@ -184,8 +186,19 @@ def queue_listing(
     return listing
 
 
+def history_body(cache: Cache, since: float | None, now: float) -> dict[str, Any]:
+    """The /v1/history body: rows of gangs that ended in the last `since` seconds (all: None),
+    by submission; times in wall-clock seconds since the epoch."""
+    rows = cache.history.rows(None if since is None else now - since)
+    return {
+        "gangs": [row.as_dict() for row in rows],
+        "held": len(cache.history),
+        "limit": cache.history.limit,
+    }
+
+
 class StatusServer:
-    """Serves /v1/gangs, /v1/queues and /metrics on one listener."""
+    """Serves /v1/gangs, /v1/queues, /v1/history and /metrics on one listener."""
 
     def __init__(
         self,
@@ -271,6 +284,13 @@ class StatusServer:
             return _json("503 Service Unavailable", {"error": NOT_SERVING, "synced": False})
         if parts == ["v1", "queues"]:
             return _json("200 OK", {"queues": queue_listing(self.cache, self.queues())})
+        if parts == ["v1", "history"]:
+            given = parse_qs(url.query).get("since")
+            try:
+                since = float(given[0]) if given else None
+            except ValueError:
+                return _json("400 Bad Request", {"error": "since must be a number of seconds"})
+            return _json("200 OK", history_body(self.cache, since, time.time()))
         if len(parts) == 4 and parts[:2] == ["v1", "gangs"]:
             query = parse_qs(url.query)
             try:
@@ -281,7 +301,10 @@ class StatusServer:
             return await self._gang(f"{parts[2]}/{parts[3]}", wait, since)
         return _json(
             "404 Not Found",
-            {"error": f"no route {url.path}; use /v1/gangs/NAMESPACE/NAME or /v1/queues"},
+            {
+                "error": f"no route {url.path}; use /v1/gangs/NAMESPACE/NAME, /v1/queues or "
+                "/v1/history"
+            },
         )
 
     async def _gang(self, key: str, wait: float, since: int | None) -> tuple[str, str, bytes]:

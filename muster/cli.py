@@ -56,6 +56,9 @@ COMMANDS: tuple[Command, ...] = (
     Command(("queues",), "muster.queues_command", "list queues: pending, admitted, usage, share"),
     Command(("status",), "muster.status_command", "show where one gang stands"),
     Command(("explain",), "muster.explain_command", "explain why a gang is pending"),
+    Command(
+        ("history",), "muster.history_command", "gangs that finished or failed (gangs.csv columns)"
+    ),
     Command(("certs",), "muster.certs_command", "write a self-signed webhook Secret and caBundle"),
 )
 

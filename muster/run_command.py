@@ -150,6 +150,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve the webhook in the controller's process (default: a child process, so "
         "admission reviews and plan cycles do not share one interpreter lock)",
     )
+    parser.add_argument(
+        "--history-limit",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="gangs seen finish or fail that the status service keeps for /v1/history and "
+        "`muster history` (the oldest go first; default 100000)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true")
     parser.epilog = (
         "examples:\n"
@@ -402,6 +410,9 @@ def run(args: argparse.Namespace) -> int:
     if args.no_controller and args.no_webhook:
         print("muster run: --no-controller and --no-webhook leave nothing to run", file=sys.stderr)
         return 2
+    if args.history_limit < 1:
+        print("muster run: --history-limit must be at least 1", file=sys.stderr)
+        return 2
     source = source_for(args.kubeconfig, args.context)
     if args.local and not isinstance(source, KubeconfigSource):
         print("muster run --local needs --kubeconfig (or $KUBECONFIG)", file=sys.stderr)
@@ -515,6 +526,7 @@ def _run_one(
                 deadlock_grace=args.deadlock_grace,
                 admit_events=not args.no_admit_events,
                 pin=not args.no_pin,
+                history_limit=args.history_limit,
             ),
             ServeSettings(
                 status_addr=args.status_addr,

@@ -1,4 +1,5 @@
-"""Where `muster queues`, `muster status` and `muster explain` read what they show.
+"""Where `muster queues`, `muster status`, `muster explain` and `muster history` read what
+they show.
 
 Two sources, one shape. With `--status-url` (or `$MUSTER_STATUS_URL`) the controller's status
 service answers: what the running controller knows, at no cost to the apiserver. Without it, the
@@ -27,7 +28,13 @@ import yaml
 from admission.cache import Cache
 from admission.credentials import Credentials, InClusterSource, source_for
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
-from admission.status import gang_status, queue_listing, queue_positions, queue_status
+from admission.status import (
+    gang_status,
+    history_body,
+    queue_listing,
+    queue_positions,
+    queue_status,
+)
 from policies import Decisions, PolicyError, format_quantity, plan
 from policies.vocabulary import QUEUE, SUBMITTED
 
@@ -158,6 +165,10 @@ class View(Protocol):
         """The status service's /v1/queues body: queue name -> status and spec."""
         ...
 
+    def history(self, since: float | None) -> dict[str, Any]:
+        """The status service's /v1/history body (gangs that ended in the last `since` s)."""
+        ...
+
 
 class ServiceView:
     """The running controller's status service (GET only; it makes no API calls)."""
@@ -214,6 +225,13 @@ class ServiceView:
         if status != 200 or not isinstance(body, dict) or "queues" not in body:
             raise ViewError(f"status service at {self.url}: HTTP {status}: {body}")
         return dict(body["queues"])
+
+    def history(self, since: float | None) -> dict[str, Any]:
+        status, body = self._get("/v1/history" + ("" if since is None else f"?since={since:g}"))
+        self._not_serving(status, body)
+        if status != 200 or not isinstance(body, dict) or "gangs" not in body:
+            raise ViewError(f"status service at {self.url}: HTTP {status}: {body}")
+        return body
 
 
 class ApiView:
@@ -311,6 +329,10 @@ class ApiView:
     def queues(self) -> dict[str, dict[str, Any]]:
         cache = self._load()
         return queue_listing(cache, queue_status(cache))
+
+    def history(self, since: float | None) -> dict[str, Any]:
+        """The history a restarted controller would rebuild from the Jobs in the cluster."""
+        return history_body(self._load(), since, self.now)
 
     def holders(self, queue: str) -> list[dict[str, Any]]:
         """Admitted, unfinished gangs of `queue` and what they hold, oldest first."""

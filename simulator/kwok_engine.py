@@ -47,6 +47,7 @@ from typing import Any, Final
 import yaml
 
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
+from policies.history import to_csv
 from simulator.controlplane.build import Binaries
 from simulator.controlplane.cluster import ClusterError, LocalCluster, wait_nodes_ready
 from simulator.controlplane.gangrun import GangRunner
@@ -56,7 +57,7 @@ from simulator.controlplane.minicluster import (
     install_crd,
     minicluster_crd,
 )
-from simulator.engine import Admission, EngineResult
+from simulator.engine import FAILED, FINISHED, Admission, EngineResult
 from simulator.kwok_objects import (
     QUEUES_PATH,
     SIM_RUN,
@@ -523,6 +524,40 @@ class KwokSession:
         text = f"{reason.get('code')}: {reason.get('message')}"
         return f"rejected: {text}" if body.get("rejected") else text
 
+    def save_history(self, namespaces: Sequence[str], expected: int) -> Path | None:
+        """Write muster's history of this replay's gangs (`/v1/history`, as `muster history -o
+        csv` prints it) to history.csv in the output folder; wall-clock seconds, so
+        `muster sim TRACE --jobs-csv history.csv --csv-time-scale X` replays it in trace time.
+
+        Waits (10 s at most) until the controller holds `expected` rows: it may see the last
+        Jobs end a moment after the engine did."""
+        muster = self.muster
+        if muster is None or muster.status_url is None or self.settings.out_dir is None:
+            return None
+        prefixes = tuple(f"{namespace}/" for namespace in namespaces)
+        rows: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with urllib.request.urlopen(f"{muster.status_url}/v1/history", timeout=30) as r:
+                    body = json.load(r)
+            except (OSError, urllib.error.URLError, ValueError) as exc:
+                self.log(f"warning: cannot read muster's history: {exc}")
+                return None
+            rows = [g for g in body.get("gangs") or [] if str(g.get("gang")).startswith(prefixes)]
+            if len(rows) >= expected or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        path = self.settings.out_dir / "history.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(to_csv(rows), encoding="utf-8")
+        self.log(
+            f"kwok engine: muster's history of {len(rows)} gangs in {path} (wall seconds; "
+            f"replay it in-process with --jobs-csv {path} --csv-time-scale "
+            f"{self.settings.time_scale:g})"
+        )
+        return path
+
     def cpu_seconds(self) -> dict[str, float]:
         """CPU seconds used so far by this process, muster and each control-plane component
         (those we started), for figures measured on a shared machine."""
@@ -733,6 +768,9 @@ class _Replay:
             plan_seconds=plan_seconds,
         )
         cpu_after = self.session.cpu_seconds()
+        if self.admission == "muster":
+            ended = sum(1 for r in result.gangs if r.state in (FINISHED, FAILED))
+            self.session.save_history(list(self.namespaces.values()), ended)
         if clean_up:
             self._cleanup_namespaces()
         lags = sorted(timeline.lags)

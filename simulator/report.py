@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from policies.history import HistoryRow, write_csv
 from simulator.engine import (
     FAILED,
     FINISHED,
@@ -144,55 +145,41 @@ def _fmt_time(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}".rstrip("0").rstrip(".")
 
 
+def gang_rows(result: EngineResult) -> list[HistoryRow]:
+    """One engine run's gangs as history rows (policies/history.py), in trace seconds. Their
+    `runtime` is the trace's (what the gang runs once started), so gangs.csv replays the trace
+    with `muster sim --jobs-csv`."""
+    return [
+        HistoryRow(
+            gang=r.gang.id,
+            queue=r.gang.queue,
+            kind=r.gang.kind,
+            size=r.gang.size,
+            min_size=r.gang.min,
+            submitted=r.submitted,
+            admitted=r.first_admitted,
+            started=r.started,
+            finished=r.finished,
+            state=STATE_NAMES[r.state],
+            requests=r.gang.pod_requests,
+            evictions=r.evictions,
+            preemptions=r.preemptions,
+            clogs=r.clogs,
+            admitted_size=r.admitted_size or None,
+            reason=r.reason if r.state != FINISHED else "",
+            one_pod_per_node=r.gang.one_pod_per_node,
+            priority=r.gang.priority,
+            engine=result.admission,
+            group=r.group,
+            runtime=r.runtime,
+        )
+        for r in result.gangs
+    ]
+
+
 def _write_gangs_csv(results: Sequence[EngineResult], path: Path) -> None:
     with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(
-            [
-                "engine",
-                "gang",
-                "group",
-                "queue",
-                "kind",
-                "size",
-                "min_size",
-                "submitted_s",
-                "admitted_s",
-                "started_s",
-                "finished_s",
-                "wait_s",
-                "evictions",
-                "preemptions",
-                "clogs",
-                "admitted_size",
-                "state",
-                "reason",
-            ]
-        )
-        for result in results:
-            for r in result.gangs:
-                writer.writerow(
-                    [
-                        result.admission,
-                        r.gang.id,
-                        r.group,
-                        r.gang.queue,
-                        r.gang.kind,
-                        r.gang.size,
-                        r.gang.min,
-                        _fmt_time(r.submitted),
-                        _fmt_time(r.first_admitted),
-                        _fmt_time(r.started),
-                        _fmt_time(r.finished),
-                        _fmt_time(_wait(r)),
-                        r.evictions,
-                        r.preemptions,
-                        r.clogs,
-                        r.admitted_size or "",
-                        STATE_NAMES[r.state],
-                        r.reason if r.state != FINISHED else "",
-                    ]
-                )
+        write_csv((row.as_dict() for result in results for row in gang_rows(result)), handle)
 
 
 def _write_queues_csv(results: Sequence[EngineResult], path: Path) -> None:

@@ -25,6 +25,7 @@ examples:
   muster sim two-queues --admission muster     # another shipped trace, muster only
   muster sim my-trace.yaml --seed 7 --out out/mine
   muster sim cluster.yaml --jobs-csv jobs.csv  # cluster and queues from a trace, jobs from CSV
+  muster sim cluster.yaml --jobs-csv history.csv   # replay `muster history -o csv`
   muster sim two-queues --placement scheduler  # what-if: admitted gangs not pinned to the plan
   muster sim --engine kwok                     # the blog burst on a real control plane, 25x
   muster sim two-queues --engine kwok --admission muster --time-scale 50
@@ -58,6 +59,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="replace the trace's jobs with a CSV job list (columns in docs/simulator.md)",
+    )
+    parser.add_argument(
+        "--csv-time-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="multiply the --jobs-csv times (submissions, runtimes) by X: a history taken from "
+        "a kwok replay at --time-scale X is in wall seconds, X brings it back to trace seconds "
+        "(default 1)",
+    )
+    parser.add_argument(
+        "--pod-start-delay",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="in-process: seconds from a pod's binding to it running (default: the trace's "
+        "podStartDelay; with a history as --jobs-csv, the history's median admission-to-start "
+        "time)",
     )
     parser.add_argument(
         "--lookahead",
@@ -145,7 +164,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         metavar="SECONDS",
         help="least wall seconds a queue's compressed clog timeout is set to, so gangs the "
-        "control plane is still starting are not evicted as clogs (default 30; 0 = none)",
+        "control plane is still starting are not evicted as clogs (default 30; 0 = none); "
+        "in-process with --csv-time-scale X, the queues' clog timeouts are raised to X times "
+        "it, as the replayed kwok history had them",
     )
     kwok.add_argument(
         "--stall",
@@ -158,16 +179,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from simulator.engine import EngineConfig, simulate
-    from simulator.trace import TraceError, load, load_jobs_csv, with_jobs
+    from simulator.trace import TraceError, load, read_jobs_csv, with_jobs
 
     try:
         trace = load(args.trace)
         if args.jobs_csv is not None:
-            trace = with_jobs(trace, load_jobs_csv(args.jobs_csv), str(args.jobs_csv))
+            read = read_jobs_csv(args.jobs_csv, scale=args.csv_time_scale)
+            trace = with_jobs(trace, read.jobs, str(args.jobs_csv))
+            if read.engine or read.skipped or read.start_latency is not None:
+                _history_note(read, trace.pod_start_delay, args)
+            if read.start_latency is not None and args.pod_start_delay is None:
+                # The cluster's own start latency, as the history measured it.
+                trace = dataclasses.replace(trace, pod_start_delay=read.start_latency)
+            if args.csv_time_scale != 1.0 and args.engine == "in-process":
+                trace = _kwok_clog_floor(trace, args)
     except TraceError as exc:
         print(f"muster sim: {exc}", file=sys.stderr)
         return 2
+    if args.pod_start_delay is not None:
+        if args.pod_start_delay < 0:
+            print("muster sim: --pod-start-delay must not be negative", file=sys.stderr)
+            return 2
+        trace = dataclasses.replace(trace, pod_start_delay=args.pod_start_delay)
     if args.lookahead < 0:
         print("muster sim: --lookahead must be 0 (all) or positive", file=sys.stderr)
         return 2
@@ -178,6 +214,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     engines: list[Admission] = ["none", "muster"] if args.admission == "both" else [args.admission]
     if args.engine == "kwok":
+        if args.pod_start_delay is not None:
+            print(
+                "muster sim: --pod-start-delay is an in-process option; on kwok the control "
+                "plane takes the time it takes (the replay prints it)",
+                file=sys.stderr,
+            )
+            return 2
         if args.placement is not None:
             print(
                 "muster sim: --placement is an in-process option; on kwok, kube-scheduler "
@@ -266,6 +309,46 @@ def _run_kwok(trace: Trace, engines: list[Admission], args: argparse.Namespace) 
     if code == 0:
         _add_engine_section(out_dir, settings, figures)
     return code
+
+
+def _kwok_clog_floor(trace: Trace, args: argparse.Namespace) -> Trace:
+    """A kwok replay's history (--csv-time-scale X) replayed with the clog timeouts its
+    controller had: none below --min-clog-timeout wall seconds, X times that in trace time
+    (simulator/kwok_objects.queue_body); a start delay that long is not a clog there."""
+    import dataclasses
+
+    floor = args.min_clog_timeout * args.csv_time_scale
+    raised = [q.name for q in trace.queues if q.clog_timeout < floor]
+    if not raised:
+        return trace
+    if not args.quiet:
+        print(
+            f"muster sim: clog timeouts of {', '.join(raised)} raised to {floor:g}s "
+            f"(--min-clog-timeout {args.min_clog_timeout:g} x --csv-time-scale "
+            f"{args.csv_time_scale:g}), as the kwok replay had them",
+            file=sys.stderr,
+        )
+    queues = tuple(
+        dataclasses.replace(q, clog_timeout=max(q.clog_timeout, floor)) for q in trace.queues
+    )
+    return dataclasses.replace(trace, queues=queues)
+
+
+def _history_note(read: Any, trace_delay: float, args: argparse.Namespace) -> None:
+    """What replaying a history left out, and which pod start delay the model uses."""
+    if args.quiet:
+        return
+    parts = [f"{len(read.jobs)} gangs" + (f" (engine {read.engine})" if read.engine else "")]
+    if read.skipped:
+        parts.append(f"{read.skipped} that never ran left out")
+    if args.pod_start_delay is not None:
+        parts.append(f"pod start delay {args.pod_start_delay:g}s (--pod-start-delay)")
+    elif read.start_latency is not None:
+        parts.append(
+            f"pod start delay {read.start_latency:.1f}s: the history's median admission-to-start "
+            f"(the trace's: {trace_delay:g}s; --pod-start-delay sets another)"
+        )
+    print(f"muster sim: history {args.jobs_csv}: {'; '.join(parts)}", file=sys.stderr)
 
 
 def _stderr(message: str) -> None:

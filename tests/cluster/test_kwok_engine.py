@@ -95,6 +95,7 @@ def test_outputs_are_written(replay: Path) -> None:
     for name in ("summary.json", "gangs.csv", "queues.csv", "report.html", "utilization.png"):
         assert (replay / name).is_file(), name
     assert (replay / "muster-run.log").is_file()
+    assert (replay / "history.csv").is_file()
 
 
 def test_every_gang_finished_or_stuck_and_muster_none_stuck(replay: Path) -> None:
@@ -147,6 +148,39 @@ def test_queue_series_never_goes_back(replay: Path) -> None:
     # muster ends with nothing pending or holding.
     last = [r for r in rows if r["engine"] == "muster"][-1]
     assert last["pending"] == "0" and last["holding"] == "0"
+
+
+def test_the_replays_history_replays_in_process(replay: Path) -> None:
+    """The round trip of issue #16: muster's history of the kwok replay (history.csv, fetched
+    from the replay's controller as `muster history -o csv` prints it, in wall seconds) fed to
+    `muster sim --jobs-csv` at the replay's time scale reproduces the replay's makespan within
+    10% in-process."""
+    with (replay / "history.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 7 and all(r["state"] == "finished" for r in rows), rows
+    assert sorted(r["kind"] for r in rows) == ["Job"] * 3 + ["MiniCluster"] * 4
+    assert all(r["requests"] and float(r["runtime_s"]) > 0 for r in rows), rows
+    out = replay.parent / "from-history"
+    proc = muster_sim(
+        str(replay.parent / "trace.yaml"),
+        "--jobs-csv",
+        str(replay / "history.csv"),
+        "--csv-time-scale",
+        "20",
+        "--admission",
+        "muster",
+        "--out",
+        str(out),
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    kwok = json.loads((replay / "summary.json").read_text())["muster"]
+    in_process = json.loads((out / "summary.json").read_text())["muster"]
+    assert in_process["finished"] == 7
+    assert in_process["makespan_s"] == pytest.approx(kwok["makespan_s"], rel=0.10), (
+        in_process["makespan_s"],
+        kwok["makespan_s"],
+    )
 
 
 def test_everything_it_started_is_gone(replay: Path) -> None:

@@ -39,6 +39,7 @@ SHELL_BLOCKS = {"", "sh", "bash", "shell", "console", "zsh"}
 _LIFECYCLE = "tests/cluster/test_lifecycle.py::test_up_is_idempotent_and_down_leaves_no_process"
 _CERTS = "tests/cluster/test_manifests.py::test_muster_certs_writes_the_secret_and_ca_bundle_and_keeps_them"  # noqa: E501
 _CLI = "tests/cluster/test_cli.py"
+_HISTORY = "tests/cluster/test_history.py::test_history_after_jobs_finish_and_after_a_restart"
 CLUSTER: dict[tuple[str, ...], str] = {
     ("cluster", "up"): _LIFECYCLE,
     ("cluster", "down"): _LIFECYCLE,
@@ -50,6 +51,7 @@ CLUSTER: dict[tuple[str, ...], str] = {
     ("queues",): f"{_CLI}::test_queues_shows_usage_of_an_admitted_gang",
     ("status",): f"{_CLI}::test_status_shows_pending_and_position",
     ("explain",): f"{_CLI}::test_explain_prints_the_planners_reason",
+    ("history",): _HISTORY,
     # `muster sim --engine kwok` replays on a real control plane (its helper adds "sim").
     ("sim", "--engine", "kwok"): "tests/cluster/test_kwok_engine.py::replay",
 }
@@ -85,6 +87,7 @@ PLACEHOLDERS = {
 INPUTS = {
     "my-trace.yaml": REPO / "simulator/traces/two-queues.yaml",
     "jobs.csv": REPO / "simulator/traces/jobs-example.csv",
+    "history.csv": REPO / "simulator/traces/history-example.csv",
 }
 
 _PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_]*(?:/[A-Z][A-Z0-9_]*)*$")
