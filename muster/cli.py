@@ -47,6 +47,11 @@ COMMANDS: tuple[Command, ...] = (
     Command(("bench", "plan"), "simulator.bench_plan", "time policies.plan on a synthetic burst"),
     Command(("bench", "sim"), "simulator.bench_sim", "time the in-process simulator on a burst"),
     Command(
+        ("bench", "estimate"),
+        "simulator.bench_estimate",
+        "wait-time estimates vs. actual starts, replaying a trace",
+    ),
+    Command(
         ("bench", "kwok"),
         "simulator.kwok_bench",
         "kwok engine: agreement with in-process, pods/s end to end",
