@@ -26,6 +26,7 @@ import yaml
 
 from admission.cache import Cache
 from admission.credentials import Credentials, InClusterSource, source_for
+from admission.estimates import refresh_now
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
 from admission.status import gang_status, queue_listing, queue_positions, queue_status
 from policies import Decisions, PolicyError, format_quantity, plan
@@ -364,6 +365,8 @@ def plan_listing(listing: Listing, policy: str = "drf", now: float | None = None
     cache.reasons = {**decisions.pending, **decisions.rejected, **refused}
     cache.rejected = dict(decisions.rejected)
     cache.positions = queue_positions(cache)
+    # Wait-time estimates, as the controller's background refresh computes them.
+    refresh_now(cache, now, policy)
     kinds = {kind for kind, _, _ in listing}
     detail = f"{len(cache.nodes)} nodes, {len(cache.queues)} queues, {len(cache.jobs)} gangs" + (
         "" if "queue" in kinds else "; the Queue CRD is not installed"

@@ -318,10 +318,7 @@ def _fast_forward(
         queue = pending.queue if pending is not None else ""
         blockers = by_queue.get(queue)
         if blockers is None:
-            # Those of its own queue first (they hold its quota), then the rest.
-            blockers = by_queue[queue] = tuple(
-                a.gang.id for a in sorted(held, key=lambda a: a.gang.queue != queue)
-            )
+            blockers = by_queue[queue] = _nearest(held, queue, snapshot)
         if blockers:
             first = blockers[0]
             state = "running" if first in running else "admitted"
@@ -333,6 +330,18 @@ def _fast_forward(
             why = last.message if last is not None else "nothing that ends lets it in"
             stalled[gang_id] = f"no gang that ends makes room for it: {why}"
     return _Outcome(starts, stalled, waits_for)
+
+
+def _nearest(held: Sequence[AdmittedGang], queue: str, snapshot: Snapshot) -> tuple[str, ...]:
+    """The gangs without a runtime that a stalled gang of ``queue`` most likely waits for:
+    those of its own queue (they hold its quota), else of its cohort tree, else all (they
+    hold nodes)."""
+    tree = snapshot.queues
+    root = tree.root(queue) if queue in tree else None
+    same = [a for a in held if a.gang.queue == queue]
+    if not same and root is not None:
+        same = [a for a in held if a.gang.queue in tree and tree.root(a.gang.queue) == root]
+    return tuple(a.gang.id for a in (same or held))
 
 
 def estimate(
