@@ -106,6 +106,9 @@ def estimate_body(cache: Cache, key: str, now: float) -> dict[str, Any]:
     ``now``; or `unknown` saying why."""
     computed = cache.estimated_at
     found = cache.estimates.get(key)
+    reason = cache.reasons.get(key)
+    if found is None and reason is not None and reason.code == "NamespaceNotAllowed":
+        return {"unknown": "not planned while its queue does not take gangs from its namespace"}
     if found is None or computed is None:
         return {
             "unknown": "not estimated yet: the controller estimates waiting gangs every few "

@@ -219,7 +219,9 @@ def _fast_forward(
         return start + value
 
     for admitted in snapshot.admitted:
-        planner.add_admitted(admitted)
+        # A gang still starting counts as running: the fast-forward assumes it reaches its
+        # minimum (else no other big gang would ever be admitted after it).
+        planner.add_admitted(admitted if admitted.running else replace(admitted, running=True))
         end = end_of(admitted.gang.id, admitted.admitted_at)
         if end is not None:
             counter += 1
@@ -321,9 +323,9 @@ def _fast_forward(
             blockers = by_queue[queue] = _nearest(held, queue, snapshot)
         if blockers:
             first = blockers[0]
-            state = "running" if first in running else "admitted"
+            who = f"running gang {first}" if first in running else f"gang {first}, ahead of it,"
             more = f" (and {len(blockers) - 1} more)" if len(blockers) > 1 else ""
-            stalled[gang_id] = f"{state} gang {first}{more} has {unknown_running[first]}"
+            stalled[gang_id] = f"{who}{more} has {unknown_running[first]}"
             waits_for[gang_id] = blockers
         else:
             last = last_reasons.get(gang_id)

@@ -122,3 +122,22 @@ def test_only_answers_the_gangs_asked() -> None:
     pending = [_gang("a", 1, 0), _gang("b", 1, 1)]
     found = estimate(Snapshot(NODES, TREE, [], pending, 5.0), RuntimeHistory(), only=["ns/b"])
     assert set(found) == {"ns/b"}
+
+
+def test_a_gang_ahead_without_a_runtime_is_named() -> None:
+    # p0 (no deadline) takes the whole cluster first; p1 needs it after p0 ends: unknown.
+    pending = [_gang("p0", 4, 1), _gang("p1", 4, 2, limit=60)]
+    found = estimate(Snapshot(NODES, TREE, [], pending, 10.0), RuntimeHistory())
+    assert found["ns/p0"].start == 10.0
+    assert found["ns/p1"].start is None
+    assert found["ns/p1"].unknown.startswith("gang ns/p0, ahead of it, has no deadline")
+
+
+def test_an_admitted_gang_still_starting_counts_as_running() -> None:
+    tree = QueueTree.build([Queue("q")])  # size ratio on: big gangs go one at a time
+    starting = AdmittedGang(_gang("big", 2, 0, limit=100), 2, {"n0": 1, "n1": 1}, 0.0, False)
+    found = estimate(
+        Snapshot(NODES, tree, [starting], [_gang("next", 2, 1, limit=100)], 10.0),
+        RuntimeHistory(),
+    )
+    assert found["ns/next"].start == 10.0
