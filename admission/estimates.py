@@ -28,14 +28,17 @@ from policies.estimate import estimate
 log = logging.getLogger("muster.estimates")
 
 
-def refresh_now(cache: Cache, now: float, policy: str, busy: Collection[str] = ()) -> None:
-    """Compute every waiting gang's estimate now, in this thread (`muster status` and
-    `explain` reading the API; tests)."""
+def refresh_now(cache: Cache, now: float, policy: str, only: Collection[str] | None = None) -> None:
+    """Compute the waiting gangs' estimates now (of ``only``, if given: cheaper, the
+    fast-forwards end once those are placed), in this thread (`muster status` and `explain`
+    reading the API; benches; tests)."""
     refused = cache.namespace_refusals()
-    snapshot = cache.snapshot(now, refused, busy)
+    snapshot = cache.snapshot(now, refused)
     later = cache.backing_off(now)
     cache.estimates = (
-        estimate(snapshot, cache.runtimes, policy, later=later) if snapshot.pending or later else {}
+        estimate(snapshot, cache.runtimes, policy, later=later, only=only)
+        if snapshot.pending or later
+        else {}
     )
     cache.estimated_at = now
 

@@ -199,9 +199,11 @@ def _fast_forward(
     policy: str | AdmissionPolicy,
     horizon: float,
     max_rounds: int,
+    only: frozenset[str] | None = None,
 ) -> _Outcome:
     """Plan from ``snapshot.now`` on, ending each admitted gang at its runtime's value ``pick``
-    (0 low, 1 expected, 2 high); return when each pending gang is admitted."""
+    (0 low, 1 expected, 2 high); return when each pending gang (of ``only``, if given) is
+    admitted."""
     now = snapshot.now
     planner = Planner(snapshot.nodes, snapshot.queues, policy)
     ends: list[tuple[float, int, str]] = []  # (end time, admission number, gang id)
@@ -227,14 +229,13 @@ def _fast_forward(
             counter += 1
             heapq.heappush(ends, (max(end, now), counter, admitted.gang.id))
             admitted_at_round[admitted.gang.id] = counter
-    waiting: set[str] = set()
     for gang in snapshot.pending:
         planner.add_pending(gang)
-        waiting.add(gang.id)
     arrivals = sorted(later, key=lambda item: item[1])
     arrivals_at = 0
-    for gang, _ in arrivals:
-        waiting.add(gang.id)
+    waiting = {gang.id for gang in snapshot.pending} | {gang.id for gang, _ in arrivals}
+    if only is not None:
+        waiting &= only  # the fast-forward ends when these are placed
     # Elastic gangs may be admitted smaller once their elasticAfter has passed.
     wakes = sorted(
         gang.submitted.time + gang.elastic_after
@@ -357,8 +358,9 @@ def estimate(
     max_rounds: int = MAX_ROUNDS,
 ) -> dict[str, Estimate]:
     """Estimates for the snapshot's pending gangs (and ``later``: gangs that become pending at
-    a time, e.g. backing off until their requeue), from three fast-forwards (see the module
-    docstring). ``only``: the gangs to answer for (all by default; the cost is the same)."""
+        a time, e.g. backing off until their requeue), from three fast-forwards (see the module
+        docstring). ``only``: the gangs to answer for (all by default); the fast-forwards end once
+    those are placed."""
     now = snapshot.now
     runtimes: dict[str, Runtime] = {}
     for admitted in snapshot.admitted:
@@ -368,8 +370,9 @@ def estimate(
         runtimes[gang.id] = history.runtime(gang)
     for gang, _ in later:
         runtimes[gang.id] = history.runtime(gang)
+    targets = frozenset(only) if only is not None else None
     outcomes = [
-        _fast_forward(snapshot, runtimes, pick, later, policy, horizon, max_rounds)
+        _fast_forward(snapshot, runtimes, pick, later, policy, horizon, max_rounds, targets)
         for pick in (1, 0, 2)
     ]
     expected, low, high = outcomes

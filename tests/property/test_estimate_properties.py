@@ -68,3 +68,19 @@ def test_without_any_runtime_only_gangs_admitted_now_are_estimated(snapshot: Sna
             assert item.start == snapshot.now or item.start in {
                 g.submitted.time + g.elastic_after for g in snapshot.pending
             }
+
+
+@SETTINGS
+@given(st.data())
+def test_asking_for_some_gangs_gives_their_estimates_of_all(data: st.DataObject) -> None:
+    snapshot = data.draw(any_snapshots())
+    history = data.draw(histories(snapshot))
+    every = estimate(snapshot, history)
+    asked = data.draw(st.lists(st.sampled_from(sorted(every)), unique=True)) if every else []
+    some = estimate(snapshot, history, only=asked)
+    assert set(some) == set(asked)
+    for gang_id in asked:
+        assert (some[gang_id].start, some[gang_id].earliest) == (
+            every[gang_id].start,
+            every[gang_id].earliest,
+        )
