@@ -189,6 +189,8 @@ class _Outcome:
     starts: dict[str, float]
     stalled: dict[str, str]  # gang id -> why it was not placed
     waits_for: dict[str, tuple[str, ...]]
+    # Gangs with no runtime estimate held in the fast-forward: (since when, the gang, why).
+    unknown: list[tuple[float, AdmittedGang, str]]
 
 
 def _fast_forward(
@@ -200,20 +202,25 @@ def _fast_forward(
     horizon: float,
     max_rounds: int,
     only: frozenset[str] | None = None,
+    unknown_ends_at_once: bool = False,
 ) -> _Outcome:
     """Plan from ``snapshot.now`` on, ending each admitted gang at its runtime's value ``pick``
     (0 low, 1 expected, 2 high); return when each pending gang (of ``only``, if given) is
-    admitted."""
+    admitted. A gang with an unknown runtime never ends (``unknown_ends_at_once``: it ends as
+    soon as it is admitted, or now: the counterfactual that shows who depends on it)."""
     now = snapshot.now
     planner = Planner(snapshot.nodes, snapshot.queues, policy)
     ends: list[tuple[float, int, str]] = []  # (end time, admission number, gang id)
     admitted_at_round: dict[str, int] = {}
     unknown_running: dict[str, str] = {}  # gang id -> why its runtime is unknown
+    unknown_held: list[tuple[float, AdmittedGang, str]] = []
     counter = 0
 
     def end_of(gang_id: str, start: float) -> float | None:
         runtime = runtimes.get(gang_id)
         if runtime is None or not runtime.known:
+            if unknown_ends_at_once:
+                return start
             unknown_running[gang_id] = runtime.why if runtime is not None else "unknown runtime"
             return None
         value = (runtime.low, runtime.expected, runtime.high)[pick]
@@ -229,6 +236,8 @@ def _fast_forward(
             counter += 1
             heapq.heappush(ends, (max(end, now), counter, admitted.gang.id))
             admitted_at_round[admitted.gang.id] = counter
+        elif admitted.gang.id in unknown_running:
+            unknown_held.append((now, admitted, unknown_running[admitted.gang.id]))
     for gang in snapshot.pending:
         planner.add_pending(gang)
     arrivals = sorted(later, key=lambda item: item[1])
@@ -262,7 +271,8 @@ def _fast_forward(
             planner.add_pending(replace(victim.gang, preemptions=victim.gang.preemptions + 1))
         for admission in decisions.admitted:
             gang = planner.remove_pending(admission.gang_id)
-            planner.add_admitted(AdmittedGang(gang, admission.size, admission.placement, t, True))
+            record = AdmittedGang(gang, admission.size, admission.placement, t, True)
+            planner.add_admitted(record)
             if gang.id in waiting and gang.id not in starts:
                 starts[gang.id] = t
                 waiting.discard(gang.id)
@@ -271,6 +281,8 @@ def _fast_forward(
                 counter += 1
                 heapq.heappush(ends, (end, counter, gang.id))
                 admitted_at_round[gang.id] = counter
+            elif gang.id in unknown_running:
+                unknown_held.append((t, record, unknown_running[gang.id]))
         for gang_id, reason in decisions.rejected.items():
             planner.remove_pending(gang_id)
             if gang_id in waiting:
@@ -332,7 +344,7 @@ def _fast_forward(
             last = last_reasons.get(gang_id)
             why = last.message if last is not None else "nothing that ends lets it in"
             stalled[gang_id] = f"no gang that ends makes room for it: {why}"
-    return _Outcome(starts, stalled, waits_for)
+    return _Outcome(starts, stalled, waits_for, unknown_held)
 
 
 def _nearest(held: Sequence[AdmittedGang], queue: str, snapshot: Snapshot) -> tuple[str, ...]:
@@ -376,6 +388,15 @@ def estimate(
         for pick in (1, 0, 2)
     ]
     expected, low, high = outcomes
+    # Who depends on a gang with an unknown runtime: those who would start sooner if such gangs
+    # ended at once. They get no number (it would only be a bound, as if those never ended).
+    sooner: _Outcome | None = None
+    if expected.unknown:
+        sooner = _fast_forward(
+            snapshot, runtimes, 1, later, policy, horizon, max_rounds, targets, True
+        )
+    running = {a.gang.id for a in snapshot.admitted}
+    queue_of = {g.id: g.queue for g in snapshot.pending} | {g.id: g.queue for g, _ in later}
     wanted = (
         set(only)
         if only is not None
@@ -390,6 +411,18 @@ def estimate(
                 continue  # not a pending gang of this snapshot
             out[gang_id] = Estimate(
                 gang_id, None, unknown=why, waits_for=expected.waits_for.get(gang_id, ())
+            )
+            continue
+        if sooner is not None and sooner.starts.get(gang_id, start) < start - 1.0:
+            held = [(a, why) for t, a, why in expected.unknown if t < start]
+            held = held or [(a, why) for _, a, why in expected.unknown]
+            blockers = _nearest([a for a, _ in held], queue_of.get(gang_id, ""), snapshot)
+            first = blockers[0]
+            why = next(w for a, w in held if a.gang.id == first)
+            who = f"running gang {first}" if first in running else f"gang {first}, ahead of it,"
+            more = f" (and {len(blockers) - 1} more)" if len(blockers) > 1 else ""
+            out[gang_id] = Estimate(
+                gang_id, None, unknown=f"{who}{more} has {why}", waits_for=blockers
             )
             continue
         seen = [start]

@@ -141,3 +141,16 @@ def test_an_admitted_gang_still_starting_counts_as_running() -> None:
         RuntimeHistory(),
     )
     assert found["ns/next"].start == 10.0
+
+
+def test_a_gang_that_would_start_sooner_if_an_unknown_gang_ended_is_unknown() -> None:
+    # ns/a (no runtime known) and ns/b (ends by 600) hold two nodes each; ns/p needs two. It
+    # would start at 600, but sooner if ns/a ended first: when is not known.
+    a = AdmittedGang(_gang("a", 2, 0), 2, {"n0": 1, "n1": 1}, 0.0, True)
+    b = AdmittedGang(_gang("b", 2, 0, limit=600), 2, {"n2": 1, "n3": 1}, 0.0, True)
+    found = estimate(
+        Snapshot(NODES, TREE, [a, b], [_gang("p", 2, 1, limit=60)], 10.0), RuntimeHistory()
+    )["ns/p"]
+    assert found.start is None
+    assert found.waits_for == ("ns/a",)
+    assert found.unknown.startswith("running gang ns/a has no deadline")
