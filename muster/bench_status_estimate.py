@@ -7,7 +7,7 @@ Fills a controller cache (admission/cache.py) with a synthetic backlog, through 
 Jobs of 1 to 64 pods. Then:
 
 1. the background refresh (`admission/estimates.py`) once, timed: every pending gang's
-   estimate from three fast-forwards (`refresh_s`);
+   estimate from three or four fast-forwards (`refresh_s`);
 2. the status service (`admission/status.py`, the controller's own server) on loopback, and a
    client in another process that GETs ``/v1/gangs/NS/NAME`` of random pending gangs one after
    another over fresh HTTP connections, as `muster status` does: latency per answer, end to
@@ -289,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.pending} pending, {args.running} running, {args.finished} finished gangs on "
             f"{args.nodes} nodes: estimated {known}, unknown {figures['unknown']}"
         )
-        print(f"  background refresh (3 fast-forwards, every pending gang): {refresh_s:.2f} s")
+        print(f"  background refresh (every pending gang): {refresh_s:.2f} s")
         print(
             f"  GET /v1/gangs/NS/NAME, {args.requests} answers, end to end over HTTP: "
             f"idle p50 {figures['idle_ms_p50']} ms, p99 {figures['idle_ms_p99']} ms; "

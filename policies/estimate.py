@@ -12,7 +12,8 @@ Runtime of a gang, from its admission to its end (`RuntimeHistory.runtime`):
   the last `SAMPLES` of each class) give the expected runtime (their median) and a spread
   (their 10th and 90th percentiles);
 - with neither, the runtime is unknown: the gang never ends in the fast-forward, and a gang
-  that needs its room gets no estimate, naming it. No number is invented.
+  that would start sooner if it ended at once (a fourth, counterfactual fast-forward, run only
+  when there is such a gang) gets no estimate, naming it. No number is invented.
 
 With a deadline and no history the expected runtime is the deadline and the low one 0 (the
 gang may end at once): the range then says "between now and the latest". A running gang's
@@ -370,9 +371,9 @@ def estimate(
     max_rounds: int = MAX_ROUNDS,
 ) -> dict[str, Estimate]:
     """Estimates for the snapshot's pending gangs (and ``later``: gangs that become pending at
-        a time, e.g. backing off until their requeue), from three fast-forwards (see the module
-        docstring). ``only``: the gangs to answer for (all by default); the fast-forwards end once
-    those are placed."""
+    a time, e.g. backing off until their requeue), from three or four fast-forwards (see the
+    module docstring). ``only``: the gangs to answer for (all by default); the fast-forwards
+    end once those are placed."""
     now = snapshot.now
     runtimes: dict[str, Runtime] = {}
     for admitted in snapshot.admitted:

@@ -58,6 +58,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--limit", type=int, default=None, help="ask only at the first N submissions"
     )
+    parser.add_argument(
+        "--ask-every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="also ask for every waiting gang's estimate every SECONDS of simulated time and "
+        "score those (figures later_*): how estimates improve as runtimes are learned",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line only")
     parser.epilog = (
         "examples:\n"
@@ -69,8 +77,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class EstimatingEngine(Engine):
     """The engine, asking the estimator at every instant gangs are submitted."""
 
-    def __init__(self, trace: Trace, config: EngineConfig, limit: int | None) -> None:
+    def __init__(
+        self,
+        trace: Trace,
+        config: EngineConfig,
+        limit: int | None,
+        ask_every: float | None = None,
+    ) -> None:
         super().__init__(trace, config)
+        self.ask_every = ask_every
+        self.next_ask = ask_every
+        self.later: list[tuple[str, float, Estimate]] = []  # (gang, asked at, estimate)
         self.history = RuntimeHistory()
         self.estimates: dict[str, Estimate] = {}
         self.asked_at: dict[str, float] = {}
@@ -94,6 +111,24 @@ class EstimatingEngine(Engine):
         super()._deadline(record)
         if record.state == FAILED and admitted is not None and record.finished is not None:
             self.history.record(record.gang.queue, record.gang.size, record.finished - admitted)
+
+    def _sample(self, now: float, *, final: bool = False) -> None:
+        super()._sample(now, final=final)
+        every, due = self.ask_every, self.next_ask
+        if every is None or due is None or final or now < due:
+            return
+        # After this instant's admissions: every gang still waiting, from the state now.
+        self.next_ask = due + every * (1 + (now - due) // every)
+        planner = self.planner
+        assert planner is not None
+        pending = [r.gang for r in self.gangs if r.state == PENDING]
+        if pending:
+            snapshot = Snapshot(
+                self.nodes, self.tree, list(planner.admitted.values()), pending, now
+            )
+            found = estimate(snapshot, self.history, self.config.policy)
+            self.later.extend((gang_id, now, item) for gang_id, item in found.items())
+            self._wake(self.next_ask)
 
     def _admit_cycle(self, now: float) -> None:
         if self.submitted_now:
@@ -143,17 +178,15 @@ def _round(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def measure(engine: EstimatingEngine, min_wait: float) -> dict[str, Any]:
-    """Compare every estimate with the actual admission."""
+def score(
+    asks: Sequence[tuple[GangRecord, float, Estimate | None]], min_wait: float
+) -> dict[str, Any]:
+    """Compare each asked estimate (gang, asked at, estimate) with the actual admission."""
     errors: list[float] = []
     relative: list[float] = []
     in_range = waited = 0
     unknown = never = 0
-    for record in engine.gangs:
-        gang_id = record.gang.id
-        if gang_id not in engine.asked_at:
-            continue
-        found = engine.estimates.get(gang_id)
+    for record, asked_at, found in asks:
         actual = record.first_admitted
         if found is None or found.start is None:
             unknown += 1
@@ -163,7 +196,7 @@ def measure(engine: EstimatingEngine, min_wait: float) -> dict[str, Any]:
             continue
         error = abs(found.start - actual)
         errors.append(error)
-        wait = actual - engine.asked_at[gang_id]
+        wait = actual - asked_at
         if wait >= min_wait:
             waited += 1
             relative.append(100.0 * error / wait)
@@ -171,10 +204,8 @@ def measure(engine: EstimatingEngine, min_wait: float) -> dict[str, Any]:
             high = found.latest if found.latest is not None else float("inf")
             if low - 1.0 <= actual <= high + 1.0:
                 in_range += 1
-    asked = len(engine.asked_at)
-    times = engine.estimate_seconds
     return {
-        "asked": asked,
+        "asked": len(asks),
         "estimated": len(errors),
         "unknown": unknown,
         "never_started": never,
@@ -185,6 +216,25 @@ def measure(engine: EstimatingEngine, min_wait: float) -> dict[str, Any]:
         "error_pct_median": _round(_percentile(relative, 50)),
         "error_pct_p90": _round(_percentile(relative, 90)),
         "in_range_pct": _round(100.0 * in_range / waited) if waited else None,
+    }
+
+
+def measure(engine: EstimatingEngine, min_wait: float) -> dict[str, Any]:
+    """Score the estimates asked at submission (and, with --ask-every, the later ones)."""
+    at_submission = [
+        (record, engine.asked_at[record.gang.id], engine.estimates.get(record.gang.id))
+        for record in engine.gangs
+        if record.gang.id in engine.asked_at
+    ]
+    times = engine.estimate_seconds
+    figures = score(at_submission, min_wait)
+    if engine.ask_every is not None:
+        later = score(
+            [(engine.by_id[gang_id], at, found) for gang_id, at, found in engine.later], min_wait
+        )
+        figures.update({f"later_{key}": value for key, value in later.items()})
+    return {
+        **figures,
         "estimate_calls": len(times),
         "estimate_ms_median": _round(1000 * statistics.median(times), 2) if times else None,
         "estimate_ms_max": _round(1000 * max(times), 2) if times else None,
@@ -208,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
         trace = with_deadlines(trace, args.deadline_factor)
     config = EngineConfig(seed=args.seed, policy=args.policy, record=False)
     began = time.perf_counter()
-    engine = EstimatingEngine(trace, config, args.limit)
+    engine = EstimatingEngine(trace, config, args.limit, args.ask_every)
     engine.run()
     figures: dict[str, Any] = {
         "trace": trace.name,
@@ -235,6 +285,14 @@ def run(args: argparse.Namespace) -> int:
         f"{figures['error_pct_median']}% of the wait, p90 {figures['error_pct_p90']}%; "
         f"actual start in range {figures['in_range_pct']}%"
     )
+    if args.ask_every is not None:
+        print(
+            f"  asked every {args.ask_every:g} s for every waiting gang: {figures['later_asked']} "
+            f"estimates, unknown {figures['later_unknown']}; over "
+            f"{figures['later_waited']} that waited >= {args.min_wait:g} s: error median "
+            f"{figures['later_error_pct_median']}%, p90 {figures['later_error_pct_p90']}%; in "
+            f"range {figures['later_in_range_pct']}%"
+        )
     print(
         f"  estimator: {figures['estimate_calls']} calls, median {figures['estimate_ms_median']}"
         f" ms, max {figures['estimate_ms_max']} ms; wall {figures['wall_s']} s"

@@ -36,6 +36,13 @@ def test_bench_estimate_without_deadlines_admits_unknowns(
     assert "absolute error" in out
 
 
+def test_bench_estimate_asks_again_as_time_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench_estimate.main([TRACE, "--limit", "5", "--ask-every", "600", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["later_asked"] > 0
+    assert figures["later_estimated"] + figures["later_unknown"] == figures["later_asked"]
+
+
 def test_bench_estimate_rejects_a_deadline_below_the_runtime(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
