@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Callable, Collection
 from typing import Any
@@ -26,6 +27,9 @@ from admission.gangs import format_time
 from policies.estimate import estimate
 
 log = logging.getLogger("muster.estimates")
+
+SWITCH_INTERVAL = 0.001
+"""Seconds the refresh thread may hold the interpreter while the event loop waits for it."""
 
 
 def refresh_now(cache: Cache, now: float, policy: str, only: Collection[str] | None = None) -> None:
@@ -82,6 +86,10 @@ class EstimateRefresher:
             cache.estimates, cache.estimated_at = {}, now
             return
         history = cache.runtimes.copy()
+        # While the refresh thread runs, the event loop (status answers, watches) waits for the
+        # interpreter at most this long at each turn instead of the default 5 ms.
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch, SWITCH_INTERVAL))
         task = asyncio.get_running_loop().create_task(
             asyncio.to_thread(estimate, snapshot, history, self.policy, later=later)
         )
@@ -94,6 +102,7 @@ class EstimateRefresher:
             except Exception:
                 log.exception("wait-time estimates failed; trying again later")
             finally:
+                sys.setswitchinterval(switch)
                 self.took = time.monotonic() - started
 
         self._task = asyncio.get_running_loop().create_task(store())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import sys
 from typing import Any
 
 from admission.cache import Cache
@@ -123,9 +124,12 @@ def test_the_refresher_fills_the_cache_in_the_background() -> None:
     cache = plan_listing(_deadline_listing(), now=NOW).cache
     cache.estimates, cache.estimated_at = {}, None
 
+    switch = sys.getswitchinterval()
+
     async def go() -> None:
         refresher = EstimateRefresher(cache, "drf", interval=0.0, clock=lambda: NOW)
         refresher.poke()
+        assert sys.getswitchinterval() <= 0.001  # the event loop gets the interpreter sooner
         refresher.poke()  # one at a time: a second poke while it runs starts nothing
         assert refresher._task is not None
         await refresher._task
@@ -133,6 +137,7 @@ def test_the_refresher_fills_the_cache_in_the_background() -> None:
         await refresher.stop()
 
     asyncio.run(go())
+    assert sys.getswitchinterval() == switch  # restored
     assert cache.estimated_at is not None
     assert cache.estimates["ns/second"].start == NOW + 600
 
