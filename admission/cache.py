@@ -41,6 +41,7 @@ from policies import (
     Resources,
     Snapshot,
 )
+from policies.estimate import Estimate, RuntimeHistory
 from policies.phase import NO_LIMITS, QueueLimits, is_managed_job, parse_queue_limits
 from policies.reasons import namespace_not_allowed
 from policies.selectors import LabelSelector
@@ -117,6 +118,11 @@ class Cache:
     reasons: dict[str, Reason] = field(default_factory=dict)
     rejected: dict[str, Reason] = field(default_factory=dict)
     positions: dict[str, int] = field(default_factory=dict)
+    # Wait-time estimates (admission/estimates.py computes them in the background) and the
+    # runtimes of finished gangs they learn from.
+    estimates: dict[str, Estimate] = field(default_factory=dict)
+    estimated_at: float | None = None
+    runtimes: RuntimeHistory = field(default_factory=RuntimeHistory)
     tree: QueueTree | None = None
     tree_error: str | None = None
     version: int = 0
@@ -216,6 +222,8 @@ class Cache:
         self.history.observe(
             old, new, body, now, self.pods_ended.get(f"{new.namespace}/{new.gang_label}")
         )
+        if new.finished and (old is None or not old.finished or old.uid != new.uid):
+            self._learn_runtime(new)
         if new.finished or (new.admitted_at is None and new.local_admit is None):
             self.reservations.pop(key, None)
         if old is None or _visible(old) != _visible(new):
@@ -310,6 +318,13 @@ class Cache:
         return not (
             record.reached_min or ready or (admission and now - admission[0] > RESERVATION_TTL)
         )
+
+    def _learn_runtime(self, record: JobRecord) -> None:
+        """A finished gang's runtime, start (the Job's startTime, else its admission) to end,
+        for the wait-time estimates of its queue and size class."""
+        start = record.start_time if record.start_time is not None else record.admitted_at
+        if start is not None and record.end_time is not None and record.end_time >= start:
+            self.runtimes.record(record.queue, record.gang.size, record.end_time - start)
 
     # -- pods ----------------------------------------------------------------------------
 
@@ -597,6 +612,19 @@ class Cache:
             pending=self.pending_gangs(now, refused, busy),
             now=now,
         )
+
+    def backing_off(self, now: float) -> list[tuple[Gang, float]]:
+        """Gangs waiting out an eviction's backoff, with when they are planned again."""
+        return [
+            (r.gang, r.requeue_at)
+            for r in self.jobs.values()
+            if r.admission is None
+            and r.suspended
+            and not r.finished
+            and not r.failed_state
+            and r.parse_error is None
+            and r.requeue_at > now
+        ]
 
     def queue_usage(self) -> dict[str, Resources]:
         """Quota held per leaf queue: the demand of its admitted, unfinished gangs."""

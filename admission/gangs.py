@@ -198,6 +198,10 @@ class JobRecord:
     """What the record was read from besides the status (uid, generation, the labels and
     annotations muster reads): an event that changes only the status reuses everything else
     (see `job_record`)."""
+    start_time: float | None = None
+    """status.startTime: when the Job last started (Kubernetes clears it on suspend)."""
+    end_time: float | None = None
+    """When it finished: status.completionTime, else its Failed condition's transition time."""
     # Controller-side bookkeeping (not from the object).
     local_admit: tuple[float, int] | None = field(default=None)
     reached_min: bool = False
@@ -291,7 +295,31 @@ def _status_only(previous: JobRecord, body: Mapping[str, Any]) -> JobRecord:
         ready=int(status.get("ready") or 0),
         succeeded=int(status.get("succeeded") or 0),
         started=status.get("startTime") is not None,
+        start_time=_status_time(status.get("startTime")),
+        end_time=_end_time(status),
     )
+
+
+def _status_time(value: object) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
+def _end_time(status: Mapping[str, Any]) -> float | None:
+    """When a finished Job ended: completionTime (set on success), else the Complete or
+    Failed condition's lastTransitionTime (a Job failed by its deadline has no completionTime).
+    None while it runs."""
+    completion = _status_time(status.get("completionTime"))
+    if completion is not None:
+        return completion
+    for condition in status.get("conditions") or []:
+        if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
+            return _status_time(condition.get("lastTransitionTime"))
+    return None
 
 
 def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> JobRecord:
@@ -439,6 +467,8 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         pinned=pinned,
         indexed=spec.get("completionMode") == "Indexed",
         started=status.get("startTime") is not None,
+        start_time=_status_time(status.get("startTime")),
+        end_time=_end_time(status),
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from admission.cache import Cache, Suspension
 from admission.deadlock import PartialGang, gangs_to_evict, wait_for_graph
+from admission.estimates import EstimateRefresher
 from admission.gangs import JobRecord
 from admission.kubeapi import ApiError
 from admission.metrics import ControllerMetrics
@@ -62,6 +63,9 @@ class ControllerSettings:
     admit_events: bool = True
     """Post an Event for every admission (evictions and failures always get one)."""
     write_concurrency: int = 32
+    estimate_interval: float = 5.0
+    """Least seconds between two refreshes of the wait-time estimates (in the background;
+    0: never estimate)."""
     pin: bool = True
     """Pin each admitted gang's pod template to the nodes the planner chose (off: the
     scheduler may place the pods anywhere they fit, and the plan may not be what runs)."""
@@ -93,6 +97,9 @@ class Controller:
         self._last_partial: tuple[object, ...] = ()
         self._positions_at = 0.0
         self._published_at = 0.0
+        self.estimates = EstimateRefresher(
+            cache, settings.policy, interval=settings.estimate_interval
+        )
 
     async def run(self) -> None:
         """Cycle forever: on change (coalesced) and at least every `period` seconds; place
@@ -103,6 +110,7 @@ class Controller:
         finally:
             placer.cancel()
             await asyncio.gather(placer, return_exceptions=True)
+            await self.estimates.stop()
 
     async def _placer(self) -> None:
         """Place gated pods soon after they appear (a pod waits for this, not for a plan)."""
@@ -186,6 +194,9 @@ class Controller:
         self._detect_deadlocks(now)
         # 8. Queue status and gauges, at a bounded rate.
         self._publish(now)
+        # 9. Wait-time estimates: refreshed in the background when due, never awaited here.
+        if self.settings.estimate_interval > 0:
+            self.estimates.poke(self.evicting)
 
     # -- preempt -------------------------------------------------------------------------
 

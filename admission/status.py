@@ -2,7 +2,8 @@
 
 `GET /v1/gangs/{namespace}/{name}` → state, queue, position, admitted-at, evictions,
 preemptions, reason (a gang waiting again after a preemption: code Preempted, naming the
-preemptor, with the planner's current reason in `waitingFor`).
+preemptor, with the planner's current reason in `waitingFor`), and while it waits its expected
+start with a range, or why there is none (`estimate`, from the cache: admission/estimates.py).
 With `?wait=SECONDS&since=VERSION` the request is held until the gang's version differs from
 VERSION (or SECONDS pass): a pod with only the standard library can wait for its gang cheaply.
 `GET /v1/queues` → per-queue pending, admitted, usage, share, and the spec's parent and quota.
@@ -32,6 +33,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from admission.cache import Cache, QueueView
+from admission.estimates import estimate_body
 from admission.gangs import format_time
 from policies import Resources, format_quantity
 
@@ -92,6 +94,8 @@ def gang_status(cache: Cache, key: str, now: float) -> dict[str, Any] | None:
             body["reason"] = {"code": reason.code, "message": reason.message}
         if key in cache.rejected:
             body["rejected"] = True
+        if not record.parse_error:
+            body["estimate"] = estimate_body(cache, key, now)
     return body
 
 

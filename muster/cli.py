@@ -44,8 +44,18 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         ("bench", "admit"), "muster.bench_admit", "gangs admitted per second by the controller"
     ),
+    Command(
+        ("bench", "status-estimate"),
+        "muster.bench_status_estimate",
+        "status service latency of a wait-time estimate with a large backlog",
+    ),
     Command(("bench", "plan"), "simulator.bench_plan", "time policies.plan on a synthetic burst"),
     Command(("bench", "sim"), "simulator.bench_sim", "time the in-process simulator on a burst"),
+    Command(
+        ("bench", "estimate"),
+        "simulator.bench_estimate",
+        "wait-time estimates vs. actual starts, replaying a trace",
+    ),
     Command(
         ("bench", "kwok"),
         "simulator.kwok_bench",

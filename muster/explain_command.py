@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from muster.queues_command import queue_rows, usage_cell
-from muster.status_command import add_gang_arguments, gang_label
+from muster.status_command import add_gang_arguments, estimate_text, gang_label
 from muster.view import (
     ApiView,
     ViewError,
@@ -246,6 +246,10 @@ def explain(
         summary = f"{gang} is {state}"
     out["summary"] = summary
     out["changes"] = changes
+    expected = estimate_text(body) if state in ("Pending", "BackingOff") else None
+    if expected is not None:
+        out["expectedStart"] = expected
+        out["estimate"] = dict(body["estimate"])
     if body.get("rejected"):
         out["rejected"] = True
     if row is not None:
@@ -262,6 +266,8 @@ def render(explanation: Mapping[str, Any], source: str) -> str:
     if explanation.get("changes"):
         lines.append("what would change it:")
         lines.extend(f"  - {change}" for change in explanation["changes"])
+    if explanation.get("expectedStart"):
+        lines.append(f"expected start: {explanation['expectedStart']}")
     lines.append(f"gang: {explanation['kind']}, queue {explanation.get('queue')}")
     lines.append(f"(source: {source})")
     return "\n".join(lines)

@@ -139,6 +139,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pods wherever they fit, and what runs may differ from the plan; docs/concepts.md)",
     )
     parser.add_argument(
+        "--estimate-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="least seconds between two background refreshes of the wait-time estimates "
+        "(longer when a refresh takes long; 0: no estimates; default 5)",
+    )
+    parser.add_argument(
         "--no-controller", action="store_true", help="run the webhook only (no admission)"
     )
     parser.add_argument(
@@ -525,6 +533,7 @@ def _run_one(
                 policy=args.policy,
                 deadlock_grace=args.deadlock_grace,
                 admit_events=not args.no_admit_events,
+                estimate_interval=args.estimate_interval,
                 pin=not args.no_pin,
                 history_limit=args.history_limit,
             ),

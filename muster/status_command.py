@@ -1,5 +1,6 @@
 """`muster status NS/NAME`: where one gang stands: state, queue, position, admission, evictions,
-and, while it waits, the planner's reason. Reads the status service or the API (muster/view.py).
+and, while it waits, the planner's reason and its expected start
+(policies/estimate.py). Reads the status service or the API (muster/view.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from muster.view import (
     open_view,
     parse_gang,
 )
+from policies.durations import format_duration
 
 
 def add_gang_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +55,31 @@ def gang_label(body: Mapping[str, Any]) -> str:
     return text + (f" (min {minimum})" if minimum is not None and minimum != size else "")
 
 
+def _in(seconds: float) -> str:
+    return "now" if seconds < 1 else f"~{format_duration(seconds)}"
+
+
+def estimate_text(body: Mapping[str, Any]) -> str | None:
+    """`in ~4m (between 2m and 9m)`, or `unknown — why`; None when the body has no estimate."""
+    found = body.get("estimate")
+    if not isinstance(found, Mapping):
+        return None
+    if found.get("unknown"):
+        return f"unknown \u2014 {found['unknown']}"
+    start = float(found.get("startsInSeconds") or 0.0)
+    if start < 1:
+        text = "now: the planner admits it at the controller's next cycle"
+    else:
+        text = f"in ~{format_duration(start)} ({found.get('expectedStart')})"
+    earliest = float(found.get("earliestInSeconds") or 0.0)
+    latest = found.get("latestInSeconds")
+    if latest is None:
+        return f"{text} (between {_in(earliest)} and later)"
+    if round(earliest) == round(start) == round(float(latest)):
+        return text
+    return f"{text} (between {_in(earliest)} and {_in(float(latest))})"
+
+
 def status_lines(body: Mapping[str, Any], source: str) -> list[tuple[str, str]]:
     """(field, value) pairs for the table output, in reading order."""
     state = str(body.get("state"))
@@ -76,6 +103,9 @@ def status_lines(body: Mapping[str, Any], source: str) -> list[tuple[str, str]]:
         lines.append(("reason", f"{reason.get('code')}: {reason.get('message')}"))
     if body.get("rejected"):
         lines.append(("rejected", "yes: it can never be admitted as it is (see the reason)"))
+    expected = estimate_text(body)
+    if expected is not None:
+        lines.append(("expected start", expected))
     if body.get("admitNow") is not None:
         lines.append(
             (

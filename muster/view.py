@@ -27,6 +27,7 @@ import yaml
 
 from admission.cache import Cache
 from admission.credentials import Credentials, InClusterSource, source_for
+from admission.estimates import refresh_now
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
 from admission.status import (
     gang_status,
@@ -289,7 +290,8 @@ class ApiView:
         except (ApiError, OSError) as exc:
             # 401, RBAC 403 and an unreachable server each say what to do (admission/access.py).
             raise ViewError(str(exc)) from None
-        planned = plan_listing(listing, self.policy)
+        # Estimates are computed per gang asked (see `gang`): cheaper than all of them.
+        planned = plan_listing(listing, self.policy, estimate=False)
         self.admit_now, self.now = planned.admit_now, planned.now
         self.source = Source("api", self.where, planned.detail)
         self._cache = planned.cache
@@ -298,6 +300,9 @@ class ApiView:
     def gang(self, namespace: str, name: str) -> dict[str, Any]:
         cache = self._load()
         key = f"{namespace}/{name}"
+        record = cache.jobs.get(key)
+        if record is not None and record.admission is None and not record.finished:
+            refresh_now(cache, self.now, self.policy, only=[key])
         body = gang_status(cache, key, self.now)
         if body is None:
             raise not_found(namespace, name, self._why_unmanaged(namespace, name))
@@ -364,9 +369,13 @@ class Planned:
     detail: str
 
 
-def plan_listing(listing: Listing, policy: str = "drf", now: float | None = None) -> Planned:
+def plan_listing(
+    listing: Listing, policy: str = "drf", now: float | None = None, *, estimate: bool = True
+) -> Planned:
     """Load a listing into a fresh controller cache and record one plan's reasons and positions
-    there, as one admit cycle does (admission.loop.Controller.cycle, steps 1-3 and 5)."""
+    there, as one admit cycle does (admission.loop.Controller.cycle, steps 1-3 and 5), and
+    (``estimate``) every waiting gang's wait-time estimate, as the controller's background
+    refresh does."""
     from admission.controller import apply_listing
 
     cache = Cache()
@@ -386,6 +395,9 @@ def plan_listing(listing: Listing, policy: str = "drf", now: float | None = None
     cache.reasons = {**decisions.pending, **decisions.rejected, **refused}
     cache.rejected = dict(decisions.rejected)
     cache.positions = queue_positions(cache)
+    if estimate:
+        # Wait-time estimates, as the controller's background refresh computes them.
+        refresh_now(cache, now, policy)
     kinds = {kind for kind, _, _ in listing}
     detail = f"{len(cache.nodes)} nodes, {len(cache.queues)} queues, {len(cache.jobs)} gangs" + (
         "" if "queue" in kinds else "; the Queue CRD is not installed"

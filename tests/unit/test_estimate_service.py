@@ -1,0 +1,148 @@
+"""Wait-time estimates in the controller: runtimes learned from finished Jobs, the status
+service's `estimate` field, and how `muster status` / `explain` print it."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import sys
+from typing import Any
+
+from admission.cache import Cache
+from admission.estimates import EstimateRefresher, estimate_body, refresh_now
+from admission.gangs import format_time
+from admission.status import gang_status
+from muster.explain_command import explain, render
+from muster.status_command import estimate_text, status_lines
+from muster.view import Listing, plan_listing
+from tests.unit.test_cli_view import NOW, job, listing
+
+
+def _with_deadline(body: dict[str, Any], seconds: int) -> dict[str, Any]:
+    body = copy.deepcopy(body)
+    body["spec"]["activeDeadlineSeconds"] = seconds
+    return body
+
+
+def _deadline_listing() -> Listing:
+    """ns/first (admitted 300 s ago) has a deadline of 900 s: ns/second, waiting for queue a's
+    quota, starts when it ends at the latest, 600 s from now."""
+    out = []
+    for kind, items, version in listing():
+        if kind == "job":
+            items = [
+                _with_deadline(item, 900) if item["metadata"]["name"] == "first" else item
+                for item in items
+            ]
+        out.append((kind, items, version))
+    return out
+
+
+def _finished(name: str, started: float, ended: float) -> dict[str, Any]:
+    body = job(name, "a", pods=4, cpu="4", seq=9, admitted=4)
+    body["status"] = {
+        "startTime": format_time(started),
+        "completionTime": format_time(ended),
+        "succeeded": 4,
+        "conditions": [{"type": "Complete", "status": "True"}],
+    }
+    return body
+
+
+def test_a_finished_job_teaches_its_runtime_once() -> None:
+    cache = Cache()
+    body = _finished("done", NOW - 500, NOW - 200)
+    cache.apply_job("ADDED", body)
+    cache.apply_job("MODIFIED", {**body, "metadata": {**body["metadata"], "resourceVersion": "99"}})
+    assert cache.runtimes.samples("a", 4) == (300.0,)
+
+
+def test_a_failed_job_without_completion_time_ends_at_its_condition() -> None:
+    cache = Cache()
+    body = _finished("late", NOW - 500, NOW - 200)
+    del body["status"]["completionTime"]
+    body["status"]["conditions"] = [
+        {"type": "Failed", "status": "True", "lastTransitionTime": format_time(NOW - 100)}
+    ]
+    cache.apply_job("ADDED", body)
+    assert cache.runtimes.samples("a", 4) == (400.0,)
+
+
+def test_a_gang_behind_a_deadline_gets_an_estimate() -> None:
+    cache = plan_listing(_deadline_listing(), now=NOW).cache
+    body = gang_status(cache, "ns/second", NOW)
+    assert body is not None
+    found = body["estimate"]
+    assert found["startsInSeconds"] == 600.0
+    assert found["earliestInSeconds"] == 0.0 and found["latestInSeconds"] == 600.0
+    text = estimate_text(body)
+    assert text is not None and text.startswith("in ~10m (")
+    assert text.endswith("(between now and ~10m)")
+    assert ("expected start", text) in status_lines(body, "here")
+
+
+def test_without_a_deadline_or_history_the_estimate_is_unknown_and_says_why() -> None:
+    cache = plan_listing(listing(), now=NOW).cache
+    body = gang_status(cache, "ns/second", NOW)
+    assert body is not None
+    assert body["estimate"]["waitsFor"] == ["ns/first"]
+    text = estimate_text(body)
+    assert text is not None
+    assert text.startswith("unknown \u2014 running gang ns/first has no deadline")
+    out = explain(body, {}, None)
+    assert f"expected start: {text}" in render(out, "here").splitlines()
+
+
+def test_history_gives_an_estimate_without_a_deadline() -> None:
+    items = listing()
+    items = [
+        (kind, [*jobs, _finished("done", NOW - 2000, NOW - 1000)] if kind == "job" else jobs, v)
+        for kind, jobs, v in items
+    ]
+    cache = plan_listing(items, now=NOW).cache
+    body = gang_status(cache, "ns/second", NOW)
+    assert body is not None
+    # ns/first ran 300 s of a learned 1000 s.
+    assert body["estimate"]["startsInSeconds"] == 700.0
+
+
+def test_a_gang_the_plan_admits_now_is_estimated_now() -> None:
+    cache = plan_listing(listing(), now=NOW).cache
+    body = gang_status(cache, "ns/ok", NOW)
+    assert body is not None
+    assert body["estimate"]["startsInSeconds"] == 0.0
+    assert estimate_text(body) == "now: the planner admits it at the controller's next cycle"
+
+
+def test_not_estimated_yet_says_so() -> None:
+    cache = plan_listing(listing(), now=NOW).cache
+    cache.estimates = {}
+    assert estimate_body(cache, "ns/second", NOW)["unknown"].startswith("not estimated yet")
+
+
+def test_the_refresher_fills_the_cache_in_the_background() -> None:
+    cache = plan_listing(_deadline_listing(), now=NOW).cache
+    cache.estimates, cache.estimated_at = {}, None
+
+    switch = sys.getswitchinterval()
+
+    async def go() -> None:
+        refresher = EstimateRefresher(cache, "drf", interval=0.0, clock=lambda: NOW)
+        refresher.poke()
+        assert sys.getswitchinterval() <= 0.001  # the event loop gets the interpreter sooner
+        refresher.poke()  # one at a time: a second poke while it runs starts nothing
+        assert refresher._task is not None
+        await refresher._task
+        assert refresher.runs == 1
+        await refresher.stop()
+
+    asyncio.run(go())
+    assert sys.getswitchinterval() == switch  # restored
+    assert cache.estimated_at is not None
+    assert cache.estimates["ns/second"].start == NOW + 600
+
+
+def test_refresh_now_without_waiting_gangs_is_empty() -> None:
+    cache = Cache()
+    refresh_now(cache, NOW, "drf")
+    assert cache.estimates == {} and cache.estimated_at == NOW
