@@ -1,7 +1,7 @@
 """The queue controller's kopf registration: watches into the cache, the loop, status, metrics.
 
-Jobs, Nodes, Queues and Namespaces are watched with `@kopf.on.event`, Pods by the lean
-`admission.podwatch` stream (the busiest kind; kopf's per-event work bought nothing there).
+Nodes, Queues and Namespaces are watched with `@kopf.on.event`, Pods and Jobs by lean streams
+(`admission.cachewatch`: the busiest kinds; kopf's per-event work bought nothing there).
 kopf writes nothing to the watched objects (no progress or last-handled annotations, no
 finalizers). Before the first cycle the controller LISTs every kind once, so a restarted
 controller plans from the whole cluster (admitted gangs included), never from a half-filled
@@ -19,11 +19,11 @@ from typing import Any
 import kopf
 
 from admission.cache import Cache, cache_key
+from admission.cachewatch import CacheWatch
 from admission.history import GangHistory
 from admission.kubeapi import ApiError, KubeClient
 from admission.loop import Controller, ControllerSettings
 from admission.metrics import ControllerMetrics
-from admission.podwatch import PodWatch
 from admission.status import StatusServer
 from admission.writes import Writer
 from policies.vocabulary import QUEUE
@@ -94,6 +94,9 @@ KINDS: tuple[tuple[str, str, Mapping[str, str] | None], ...] = (
     ("namespace", NAMESPACES, None),
 )
 """What the cache holds: (kind, collection path, LIST parameters)."""
+LEAN_KINDS = frozenset({"pod", "job"})
+"""Kinds watched by `admission.cachewatch` (busy: every gang pod changes each several times);
+the others by kopf's `@on.event`."""
 
 
 def _tolerated(kind: str, exc: ApiError) -> bool:
@@ -199,10 +202,6 @@ def register(
     cache = Cache(history=GangHistory(settings.history_limit))
     runtime = Runtime(cache, metrics)
 
-    @kopf.on.event("batch", "v1", "jobs", labels={QUEUE: kopf.PRESENT}, registry=registry)
-    async def watch_job(event: Mapping[str, Any], **_: Any) -> None:
-        cache.apply_job(event.get("type"), event["object"])
-
     @kopf.on.event("", "v1", "nodes", registry=registry)
     async def watch_node(event: Mapping[str, Any], **_: Any) -> None:
         cache.apply_node(event.get("type"), event["object"])
@@ -294,13 +293,21 @@ def register(
             except (ApiError, OSError) as exc:
                 log.warning("initial LIST failed (%s); retrying in 2s", exc)
                 await asyncio.sleep(2)
-        # Pods are watched from the version of the LIST just applied (see admission.podwatch).
-        pods = PodWatch(client, cache, asyncio.get_running_loop(), list_collection)
-        pods.start(versions["pod"])
+        # Pods and Jobs are watched from the version of the LIST just applied, by lean
+        # streams (admission.cachewatch); the rarer kinds by kopf.
+        loop = asyncio.get_running_loop()
+        watches = [
+            CacheWatch(client, cache, loop, kind, path, params, list_collection)
+            for kind, path, params in KINDS
+            if kind in LEAN_KINDS
+        ]
+        for watch in watches:
+            watch.start(versions[watch.kind])
         try:
             await _run_synced(controller)
         finally:
-            await asyncio.to_thread(pods.stop)
+            for watch in watches:
+                await asyncio.to_thread(watch.stop)
 
     async def _run_synced(controller: Controller) -> None:
         cache.synced = True

@@ -1,11 +1,11 @@
 """A lean list-then-watch of one collection, on a thread of its own, without kopf.
 
 For a busy kind whose reader is cheap and thread-safe: the webhook's count of pending gangs
-(`webhook.backlog.Backlog`, fed every managed Job's events). kopf's per-event machinery (a
-worker task per object, cause detection, handler keyword arguments) measured about 1 ms of the
-webhook's CPU per Job event, three times what its review of the create cost; this stream parses
-each event and hands it over, nothing more. (The controller's pod watch, `admission.podwatch`,
-is the same idea, applying events on the event loop's thread because its cache is not locked.)
+(`webhook.backlog.Backlog`, fed every managed Job's events), and the controller's pod and Job
+watches (`admission.cachewatch`, which hands the events to the event loop's thread). kopf's
+per-event machinery (a worker task per object, cause detection, handler keyword arguments)
+measured about 1 ms of the webhook's CPU per Job event, three times what its review of the
+create cost; this stream parses each event and hands it over, nothing more.
 
 The stream starts at the resourceVersion of the LIST the reader was loaded from, so nothing
 between the two is missed. A 410 Gone (the history was compacted) LISTs the collection again
@@ -29,8 +29,8 @@ Lister = Callable[[KubeClient, str, Mapping[str, str]], tuple[list[Any], int]]
 
 class StreamWatch:
     """Calls `apply(event_type, body)` for each event of `path` (with `params`, e.g. a label
-    selector) and `relist(items)` after a 410, both on the watch's thread; `start`, then
-    `stop`."""
+    selector) and `relist(items, version)` after a 410, both on the watch's thread; `start`,
+    then `stop`."""
 
     def __init__(
         self,
@@ -39,7 +39,7 @@ class StreamWatch:
         params: Mapping[str, str],
         *,
         apply: Callable[[str, Mapping[str, Any]], None],
-        relist: Callable[[list[Any]], None],
+        relist: Callable[[list[Any], int], None],
         lister: Lister,
         name: str,
         timeout_seconds: int = 300,
@@ -62,6 +62,10 @@ class StreamWatch:
             target=self._run, args=(resource_version,), name=f"muster-{self.name}", daemon=True
         )
         self._thread.start()
+
+    def stop_soon(self) -> None:
+        """Ask the stream to stop, without waiting (safe from any thread)."""
+        self._stopped.set()
 
     def stop(self) -> None:
         """Stop the stream and wait for the thread (blocking)."""
@@ -121,5 +125,5 @@ class StreamWatch:
     def _relist(self) -> int:
         items, version = self.lister(self.client, self.path, self.params)
         log.info("%s watch: history too old; listed %d again", self.name, len(items))
-        self.relist(items)
+        self.relist(items, version)
         return version

@@ -485,7 +485,7 @@ def _run_one(
             JOBS_PATH,
             MANAGED_JOBS,
             apply=state.backlog.observe_job,
-            relist=state.backlog.relist_jobs,
+            relist=lambda items, _version: state.backlog.relist_jobs(items),
             lister=list_collection,
             name="webhook-jobs",
         )

@@ -1,4 +1,4 @@
-"""The controller's lean pod watch (admission.podwatch) against the real apiserver."""
+"""The controller's lean pod watch (admission.cachewatch) against the real apiserver."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from admission.cache import Cache
-from admission.controller import list_collection
+from admission.cachewatch import CacheWatch
+from admission.controller import PODS, list_collection
 from admission.kubeapi import KubeClient
-from admission.podwatch import PODS, PodWatch
 from tests.kube import job_manifest
 
 pytestmark = [pytest.mark.cluster]
@@ -23,6 +23,12 @@ async def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.1)
+
+
+def _pod_watch(kube: KubeClient, cache: Cache) -> CacheWatch:
+    """The controller's pod watch (30 s watch requests); call in a running loop."""
+    loop = asyncio.get_running_loop()
+    return CacheWatch(kube, cache, loop, "pod", PODS, None, list_collection, 30)
 
 
 def _pods_of(cache: Cache, namespace: str, client: KubeClient) -> set[str]:
@@ -38,7 +44,9 @@ def test_pod_watch_follows_binding_and_deletion(kube: KubeClient, namespace: str
         items, version = list_collection(kube, PODS)
         for item in items:
             cache.apply_pod("ADDED", item)
-        watch = PodWatch(kube, cache, asyncio.get_running_loop(), list_collection, 30)
+        watch = CacheWatch(
+            kube, cache, asyncio.get_running_loop(), "pod", PODS, None, list_collection, 30
+        )
         watch.start(version)
         try:
             kube.create(
@@ -93,8 +101,10 @@ def test_relist_drops_pods_that_are_gone_and_keeps_the_rest(
             "status": {"phase": "Running"},
         }
         cache.apply_pod("ADDED", ghost)
-        watch = PodWatch(kube, cache, asyncio.get_running_loop(), list_collection, 30)
-        version = await asyncio.to_thread(watch._relist)
+        watch = CacheWatch(
+            kube, cache, asyncio.get_running_loop(), "pod", PODS, None, list_collection, 30
+        )
+        version = await asyncio.to_thread(watch.stream._relist)
         await _until(lambda: "ghost-uid" not in cache.pods, 10, "the relist to be applied")
         assert version > 0 and watch.relists == 1
         assert len(_pods_of(cache, namespace, kube)) == 2
