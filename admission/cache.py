@@ -576,24 +576,13 @@ class Cache:
         return [
             r.gang
             for r in self.jobs.values()
-            if r.admission is None
-            and r.suspended
-            and not r.finished
-            and not r.failed_state
-            and r.parse_error is None
-            and r.requeue_at <= now
-            and r.key not in refused
-            and r.key not in busy
+            if _waiting(r) and r.requeue_at <= now and r.key not in refused and r.key not in busy
         ]
 
-    def snapshot(
-        self, now: float, refused: Mapping[str, Reason] | None = None, busy: Collection[str] = ()
-    ) -> Snapshot:
-        """A private, immutable copy of what the planner needs (step 2 of a cycle).
-
-        Gangs in `refused` (see `namespace_refusals`) are left out of the plan."""
-        nodes = [self.node_view(name) for name in self.nodes]
-        admitted = [
+    def admitted_gangs(self, now: float) -> list[AdmittedGang]:
+        """Every admitted, unfinished gang as the planner holds it: its size and where it holds
+        room (`placement`)."""
+        return [
             AdmittedGang(
                 gang=r.gang,
                 size=adm[1],
@@ -604,6 +593,15 @@ class Cache:
             for r in self.jobs.values()
             if not r.finished and (adm := r.admission) is not None
         ]
+
+    def snapshot(
+        self, now: float, refused: Mapping[str, Reason] | None = None, busy: Collection[str] = ()
+    ) -> Snapshot:
+        """A private, immutable copy of what the planner needs (step 2 of a cycle).
+
+        Gangs in `refused` (see `namespace_refusals`) are left out of the plan."""
+        nodes = [self.node_view(name) for name in self.nodes]
+        admitted = self.admitted_gangs(now)
         tree = self.tree if self.tree is not None else QueueTree.build([])
         return Snapshot(
             nodes=nodes,
@@ -616,14 +614,7 @@ class Cache:
     def backing_off(self, now: float) -> list[tuple[Gang, float]]:
         """Gangs waiting out an eviction's backoff, with when they are planned again."""
         return [
-            (r.gang, r.requeue_at)
-            for r in self.jobs.values()
-            if r.admission is None
-            and r.suspended
-            and not r.finished
-            and not r.failed_state
-            and r.parse_error is None
-            and r.requeue_at > now
+            (r.gang, r.requeue_at) for r in self.jobs.values() if _waiting(r) and r.requeue_at > now
         ]
 
     def queue_usage(self) -> dict[str, Resources]:
@@ -642,6 +633,18 @@ class Cache:
                 total = total + node.allocatable
             self._capacity = total
         return self._capacity
+
+
+def _waiting(r: JobRecord) -> bool:
+    """Suspended, not admitted, not finished or failed, readable: waits to be planned (now, or
+    after its backoff)."""
+    return (
+        r.admission is None
+        and r.suspended
+        and not r.finished
+        and not r.failed_state
+        and r.parse_error is None
+    )
 
 
 def _tombstone(kind: str, key: str) -> dict[str, Any]:

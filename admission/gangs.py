@@ -295,12 +295,13 @@ def _status_only(previous: JobRecord, body: Mapping[str, Any]) -> JobRecord:
         ready=int(status.get("ready") or 0),
         succeeded=int(status.get("succeeded") or 0),
         started=status.get("startTime") is not None,
-        start_time=_status_time(status.get("startTime")),
+        start_time=status_time(status.get("startTime")),
         end_time=_end_time(status),
     )
 
 
-def _status_time(value: object) -> float | None:
+def status_time(value: object) -> float | None:
+    """A status timestamp (RFC3339) in seconds, or None when unset or unreadable."""
     if not isinstance(value, str) or not value:
         return None
     try:
@@ -313,12 +314,12 @@ def _end_time(status: Mapping[str, Any]) -> float | None:
     """When a finished Job ended: completionTime (set on success), else the Complete or
     Failed condition's lastTransitionTime (a Job failed by its deadline has no completionTime).
     None while it runs."""
-    completion = _status_time(status.get("completionTime"))
+    completion = status_time(status.get("completionTime"))
     if completion is not None:
         return completion
     for condition in status.get("conditions") or []:
         if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
-            return _status_time(condition.get("lastTransitionTime"))
+            return status_time(condition.get("lastTransitionTime"))
     return None
 
 
@@ -467,7 +468,7 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         pinned=pinned,
         indexed=spec.get("completionMode") == "Indexed",
         started=status.get("startTime") is not None,
-        start_time=_status_time(status.get("startTime")),
+        start_time=status_time(status.get("startTime")),
         end_time=_end_time(status),
     )
 

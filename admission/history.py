@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from admission.gangs import JobRecord, parse_time
+from admission.gangs import JobRecord, status_time
 from policies.history import HistoryRow
 
 DEFAULT_LIMIT = 100_000
@@ -30,15 +30,6 @@ LIVE_SLACK = 2.0
 """Seconds within which a finish the cache saw live is timed by the cache, not the object
 (whose completion time has 1-second resolution). A later sighting (a standby replica's
 resync) takes the object's time."""
-
-
-def _time(value: object) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return parse_time(value)
-    except ValueError:
-        return None
 
 
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
@@ -68,7 +59,7 @@ def history_row(
     completed = _condition(status, "Complete")
     ended_at: float | None = None
     if record.finished:
-        stamped = _time(status.get("completionTime")) or _time(
+        stamped = status_time(status.get("completionTime")) or status_time(
             (completed or failed or {}).get("lastTransitionTime")
         )
         ended_at = now if live and (stamped is None or now - stamped < LIVE_SLACK) else stamped
@@ -84,7 +75,7 @@ def history_row(
     started = record.started_at
     if started is None and admission is not None:
         # Rebuilt (or too quick to be seen ready): when the Job was unsuspended.
-        start_time = _time(status.get("startTime"))
+        start_time = status_time(status.get("startTime"))
         if start_time is not None and start_time >= admission[0] - 1.0:
             started = max(start_time, admission[0])
     if started is not None and ended_at is not None and started > ended_at:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from admission.cache import Cache
-from policies import AdmittedGang, Decisions, Planner, QueueTree, Reason
+from policies import Decisions, Planner, QueueTree, Reason
 
 
 class PlanFeed:
@@ -47,18 +47,7 @@ class PlanFeed:
             planner.set_nodes(nodes)
         # Admitted first: a gang admitted since the last cycle leaves the pending set and
         # joins the admitted one in the same sync.
-        admitted: dict[str, AdmittedGang] = {}
-        for record in cache.jobs.values():
-            adm = record.admission
-            if adm is None or record.finished:
-                continue
-            admitted[record.gang.id] = AdmittedGang(
-                gang=record.gang,
-                size=adm[1],
-                placement=cache.placement(record, now),
-                admitted_at=adm[0],
-                running=record.reached_min,
-            )
+        admitted = {entry.gang.id: entry for entry in cache.admitted_gangs(now)}
         pending = {gang.id: gang for gang in cache.pending_gangs(now, refused, busy)}
         held_pending = planner.pending
         for gang_id in [g for g, gang in held_pending.items() if pending.get(g) is not gang]:
