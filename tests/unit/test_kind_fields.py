@@ -19,6 +19,7 @@ import pytest
 from admission.gangs import JobRecord, job_record
 from webhook.decision import (
     AdmissionRejected,
+    Decision,
     WebhookSettings,
     decide_job,
     decide_minicluster,
@@ -115,6 +116,18 @@ def job_walk(labels: dict[str, str], annotations: dict[str, str]) -> JobRecord:
     return job_record(through_webhook_job(body))
 
 
+def decide_mc(mc: dict[str, Any]) -> Decision:
+    """The webhook's decision for a MiniCluster created in team-a (queue gpu exists)."""
+    return decide_minicluster(
+        mc,
+        namespace="team-a",
+        namespace_labels={},
+        known_queues={"gpu"},
+        settings=WebhookSettings(),
+        stamp=STAMP,
+    )
+
+
 def minicluster_walk(labels: dict[str, str], annotations: dict[str, str]) -> JobRecord:
     """A MiniCluster created with these labels/annotations, through the webhook, its Job made by
     the operator from spec.jobLabels, through the webhook again, read by the controller."""
@@ -129,14 +142,7 @@ def minicluster_walk(labels: dict[str, str], annotations: dict[str, str]) -> Job
         },
         "spec": {"size": SIZE},
     }
-    decision = decide_minicluster(
-        mc,
-        namespace="team-a",
-        namespace_labels={},
-        known_queues={"gpu"},
-        settings=WebhookSettings(),
-        stamp=STAMP,
-    )
+    decision = decide_mc(mc)
     assert decision.managed
     created = merged(mc, decision.patch)
     owner = {
@@ -210,22 +216,8 @@ def test_a_minicluster_min_size_is_its_minimum_unless_min_members_says_otherwise
         "metadata": {"name": "flux", "namespace": "team-a", "labels": {"muster.dev/queue": "q"}},
         "spec": {"size": SIZE, "minSize": 3},
     }
-    decision = decide_minicluster(
-        mc,
-        namespace="team-a",
-        namespace_labels={},
-        known_queues=None,
-        settings=WebhookSettings(),
-        stamp=STAMP,
-    )
+    decision = decide_mc(mc)
     assert decision.patch["spec"]["jobLabels"]["muster.dev/min-members"] == "3"
     mc["metadata"]["annotations"] = {"muster.dev/min-members": "2"}
-    decision = decide_minicluster(
-        mc,
-        namespace="team-a",
-        namespace_labels={},
-        known_queues=None,
-        settings=WebhookSettings(),
-        stamp=STAMP,
-    )
+    decision = decide_mc(mc)
     assert decision.patch["spec"]["jobLabels"]["muster.dev/min-members"] == "2"
