@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from admission.kubeapi import ApiError, KubeClient
+from policies.vocabulary import SUBMITTED
 
 T = TypeVar("T")
 
@@ -97,3 +98,30 @@ def create_through_webhook(
                 ) from exc
         tried = True
         time.sleep(0.5)
+
+
+def wait_webhook_stamps(
+    kube: KubeClient, path: str, body: dict[str, Any], *, timeout: float = 30
+) -> None:
+    """Return once a dry run of creating `body` (admission runs, nothing is stored) comes back
+    stamped by muster's webhook.
+
+    Right after one `muster run --local` replaced another, the apiserver's informer may still
+    hold the old MutatingWebhookConfiguration (the create is refused: 500) or, once the old
+    one was deleted and before the new one is seen, none at all: the Job is then stored
+    unmutated, never suspended and never admitted. Create for real only once this returns.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = kube.request("POST", path, body, params={"dryRun": "All"})
+            if SUBMITTED in ((got.get("metadata") or {}).get("annotations") or {}):
+                return
+            last = "stored unmutated: the apiserver calls no muster webhook yet"
+        except ApiError as exc:
+            if exc.status != 500 or "failed calling webhook" not in exc.message:
+                raise
+            last = exc.message
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the webhook did not stamp a dry run for {timeout:.0f}s: {last}")
+        time.sleep(0.25)

@@ -35,7 +35,7 @@ from simulator.controlplane.minicluster import apply_crd
 from tests.cluster.test_cli import muster_cli
 from tests.conftest import REPO, MusterProcess, start_muster
 from tests.controller_helpers import admitted, create_queue, delete_queue, gang_job, jobs_path
-from tests.kube import wait_for
+from tests.kube import wait_for, wait_webhook_stamps
 
 pytestmark = [pytest.mark.cluster]
 
@@ -235,13 +235,21 @@ def test_queues_and_status_read_with_exec_token_file_and_merged_kubeconfigs(
 # -- the controller ---------------------------------------------------------------------------
 
 
-def submit_and_wait_admitted(kube: KubeClient, namespace: str, queue: str, name: str) -> None:
-    kube.create(jobs_path(namespace), gang_job(name, queue, pods=1, runtime="1s"))
-    wait_for(
-        lambda: admitted(kube.get(f"{jobs_path(namespace)}/{name}")),
-        timeout=90,
-        what=f"gang {name} to be admitted",
-    )
+def submit_and_wait_admitted(
+    kube: KubeClient, namespace: str, queue: str, name: str, running: MusterProcess
+) -> None:
+    body = gang_job(name, queue, pods=1, runtime="1s")
+    wait_webhook_stamps(kube, jobs_path(namespace), body)
+    kube.create(jobs_path(namespace), body)
+    try:
+        wait_for(
+            lambda: admitted(kube.get(f"{jobs_path(namespace)}/{name}")),
+            timeout=90,
+            what=f"gang {name} to be admitted",
+        )
+    except AssertionError as exc:
+        # What muster logged says why (a paused peering, a refused login, ...).
+        raise AssertionError(f"{exc}\nmuster's last output:\n{running.text()[-4000:]}") from None
 
 
 def last_keepalive(kube: KubeClient, peering: str) -> datetime | None:
@@ -283,7 +291,9 @@ def test_muster_run_logs_in_with_each_and_outlives_a_revoked_token(
                 continue  # below, with the token replaced under it
             config = Path(args[1]) if args else None
             running = start_muster(config, env=env)
-            submit_and_wait_admitted(kube, namespace, queue, f"by-{how.split()[0].lower()[:4]}")
+            submit_and_wait_admitted(
+                kube, namespace, queue, f"by-{how.split()[0].lower()[:4]}", running
+            )
             running.stop()
             running = None
         assert logins.exec_runs.read_text().count("run") >= 2, "the controller and the webhook"
@@ -294,12 +304,12 @@ def test_muster_run_logs_in_with_each_and_outlives_a_revoked_token(
             logins.token_config,
             "--peering", peering, "--peering-lifetime", "15", "--priority", "1",
         )  # fmt: skip
-        submit_and_wait_admitted(kube, namespace, queue, "before")
+        submit_and_wait_admitted(kube, namespace, queue, "before", running)
         old = logins.token_file.read_text()
         replace_file(logins.token_file, account.token("run-token-2"))
         account.revoke("run-token", old)
         revoked = datetime.now(UTC)
-        submit_and_wait_admitted(kube, namespace, queue, "after")
+        submit_and_wait_admitted(kube, namespace, queue, "after", running)
         wait_for(
             lambda: (seen := last_keepalive(kube, peering)) is not None and seen > revoked,
             timeout=60,
