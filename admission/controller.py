@@ -25,6 +25,7 @@ from admission.kubeapi import ApiError, KubeClient
 from admission.loop import Controller, ControllerSettings
 from admission.metrics import ControllerMetrics
 from admission.status import StatusServer
+from admission.streamwatch import list_collection
 from admission.writes import Writer
 from policies.vocabulary import QUEUE
 
@@ -61,26 +62,6 @@ class Runtime:
 def list_all(client: KubeClient, path: str, params: Mapping[str, str] | None = None) -> list[Any]:
     """Every item of a collection, in pages of 500."""
     return list_collection(client, path, params)[0]
-
-
-def list_collection(
-    client: KubeClient, path: str, params: Mapping[str, str] | None = None
-) -> tuple[list[Any], int]:
-    """Every item of a collection, in pages of 500, and the collection's resourceVersion."""
-    items: list[Any] = []
-    query = {"limit": "500", **(params or {})}
-    version = 0
-    while True:
-        page = client.get(path, params=query)
-        items.extend(page.get("items") or [])
-        meta = page.get("metadata") or {}
-        if not version:
-            # Later pages of a chunked LIST are served at the first page's version.
-            version = int(meta.get("resourceVersion") or 0)
-        token = meta.get("continue")
-        if not token:
-            return items, version
-        query["continue"] = token
 
 
 Listing = list[tuple[str, list[Any], int]]

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from http.client import HTTPException
 from typing import Any
 
 from admission.kubeapi import ApiError, KubeClient, WatchStream
@@ -25,6 +26,26 @@ from admission.kubeapi import ApiError, KubeClient, WatchStream
 log = logging.getLogger("muster.streamwatch")
 
 Lister = Callable[[KubeClient, str, Mapping[str, str]], tuple[list[Any], int]]
+
+
+def list_collection(
+    client: KubeClient, path: str, params: Mapping[str, str] | None = None
+) -> tuple[list[Any], int]:
+    """Every item of a collection, in pages of 500, and the collection's resourceVersion."""
+    items: list[Any] = []
+    query = {"limit": "500", **(params or {})}
+    version = 0
+    while True:
+        page = client.get(path, params=query)
+        items.extend(page.get("items") or [])
+        meta = page.get("metadata") or {}
+        if not version:
+            # Later pages of a chunked LIST are served at the first page's version.
+            version = int(meta.get("resourceVersion") or 0)
+        token = meta.get("continue")
+        if not token:
+            return items, version
+        query["continue"] = token
 
 
 class StreamWatch:
@@ -43,6 +64,7 @@ class StreamWatch:
         lister: Lister,
         name: str,
         timeout_seconds: int = 300,
+        on_error: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
         self.path = path
@@ -52,6 +74,7 @@ class StreamWatch:
         self.lister = lister
         self.name = name
         self.timeout_seconds = timeout_seconds
+        self.on_error = on_error
         self.events = 0  # applied so far (tests, logs)
         self._stopped = threading.Event()
         self._stream: WatchStream | None = None
@@ -87,15 +110,20 @@ class StreamWatch:
                 if exc.status == 410:
                     version = self._relist()
                     continue
-                log.warning("%s watch: %s; retrying in %.1fs", self.name, exc, delay)
-            except (OSError, ValueError) as exc:
+                self._failed(exc, delay)
+            except (OSError, ValueError, HTTPException) as exc:
                 if self._stopped.is_set():
                     return
-                log.warning("%s watch: %s; retrying in %.1fs", self.name, exc, delay)
+                self._failed(exc, delay)
             else:
                 continue
             self._stopped.wait(delay)
             delay = min(delay * 2, 10.0)
+
+    def _failed(self, exc: Exception, delay: float) -> None:
+        log.warning("%s watch: %s; retrying in %.1fs", self.name, exc, delay)
+        if self.on_error is not None:
+            self.on_error(f"{self.name}: {exc}")
 
     def _stream_from(self, version: int) -> int:
         """Follow one watch request; return the resourceVersion to go on from."""

@@ -446,8 +446,7 @@ def _run_one(
     """Run what `args` asks for (webhook, controller or both) in this process, under kopf."""
     import kopf
 
-    from admission.controller import list_collection
-    from admission.streamwatch import StreamWatch
+    from admission.streamwatch import StreamWatch, list_collection
     from policies.submitted import SubmissionClock
     from webhook import handlers
     from webhook.metrics import MetricsServer

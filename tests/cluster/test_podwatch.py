@@ -10,8 +10,9 @@ import pytest
 
 from admission.cache import Cache
 from admission.cachewatch import CacheWatch
-from admission.controller import PODS, list_collection
+from admission.controller import PODS
 from admission.kubeapi import KubeClient
+from admission.streamwatch import list_collection
 from tests.kube import job_manifest
 
 pytestmark = [pytest.mark.cluster]
