@@ -293,6 +293,21 @@ class Cache:
         self.changed.set()
         return before
 
+    def assume_failed(self, record: JobRecord, reason: str) -> None:
+        """The controller gives up on a waiting gang that can never be admitted: it leaves the
+        planner's view at once (`forget_failure` undoes this if the write is refused)."""
+        record.failed_state, record.failed_reason = True, reason
+        self.touch(record.key)
+        self.changed.set()
+
+    def forget_failure(self, record: JobRecord) -> None:
+        """The failing write was refused: the gang waits again."""
+        current = self.jobs.get(record.key)
+        if current is not None and current.uid == record.uid:
+            current.failed_state, current.failed_reason = False, ""
+            self.touch(current.key)
+        self.changed.set()
+
     def forget_suspension(self, record: JobRecord, before: Suspension) -> None:
         """The suspending write was refused: the gang is admitted as it was."""
         current = self.jobs.get(record.key)

@@ -43,6 +43,7 @@ from policies.vocabulary import (
     ELASTIC_AFTER,
     EVICTED_REASON,
     EVICTIONS,
+    FAILED_REASON,
     GANG,
     GANG_KIND,
     MIN_MEMBERS,
@@ -185,6 +186,8 @@ class JobRecord:
     """muster.dev/evicted-reason: why it was last suspended by muster (Preempted, Clogged, ...)."""
     preempted_by: str = ""
     """muster.dev/preempted-by: the message of its last preemption, naming the preemptor."""
+    failed_reason: str = ""
+    """muster.dev/failed-reason: why muster gave up on a gang that can never be admitted."""
     original: Original | None = None
     """The fields admission changes, as the user wrote them (muster.dev/restore, else the
     spec): what eviction puts back."""
@@ -278,6 +281,7 @@ _READ_ANNOTATIONS: Final = (
     STATE,
     GANG_KIND,
     EVICTED_REASON,
+    FAILED_REASON,
     PREEMPTIONS,
     PREEMPTED_BY,
     PLACEMENT,
@@ -464,6 +468,7 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         source=source,
         evicted_reason=annotations.get(EVICTED_REASON, ""),
         preempted_by=annotations.get(PREEMPTED_BY, ""),
+        failed_reason=annotations.get(FAILED_REASON, ""),
         original=original,
         pinned=pinned,
         indexed=spec.get("completionMode") == "Indexed",

@@ -83,6 +83,8 @@ def history_row(
     if failed is not None:
         state = "failed"
         reason = f"{failed.get('reason') or 'Failed'}: {failed.get('message') or ''}".rstrip(": ")
+    elif record.failed_state and not record.finished and record.failed_reason:
+        state, reason = "failed", record.failed_reason
     elif record.failed_state and not record.finished:
         state = "failed"
         reason = (

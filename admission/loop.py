@@ -27,7 +27,15 @@ from admission.planfeed import PlanFeed
 from admission.status import queue_positions, queue_status
 from admission.writes import JobRef, Shape, Writer
 from policies import Admission, Decisions, Reason
-from policies.lifecycle import EvictReason, Progress, check_clog, clog_timeout, evict
+from policies.lifecycle import (
+    REJECTED_GRACE,
+    EvictReason,
+    Progress,
+    check_clog,
+    clog_timeout,
+    evict,
+    fails_rejected,
+)
 from policies.resources import Resources
 
 log = logging.getLogger("muster.controller")
@@ -71,6 +79,9 @@ class ControllerSettings:
     scheduler may place the pods anywhere they fit, and the plan may not be what runs)."""
     history_limit: int = 100_000
     """Gangs the history (/v1/history) keeps; the oldest go first (admission/history.py)."""
+    fail_rejected_after: float = REJECTED_GRACE
+    """Seconds a gang must stay rejected (NeverFits, SizeRatioRejected) before it is marked
+    Failed (policies.lifecycle.fails_rejected)."""
 
 
 def _job(record: JobRecord) -> JobRef:
@@ -87,6 +98,8 @@ class Controller:
         self.metrics = metrics
         self.inflight: set[asyncio.Task[Any]] = set()
         self.evicting: set[str] = set()
+        self.failing: set[str] = set()  # marked Failed, the write in flight
+        self._rejected_since: dict[str, float] = {}
         # gated pod uid -> (hostname it was sent to, when), until the watch shows it ungated
         self.placing: dict[str, tuple[str, float]] = {}
         self.cycles = 0
@@ -188,6 +201,7 @@ class Controller:
         self._place_pods()
         # 6. Requeue the rest: remember why each waits (status service, explain, logs).
         self._record_reasons(decisions, now, refused)
+        self._fail_rejected(decisions.rejected, now)
         # 7. Detectors: unsanctioned unsuspends, clogs, deadlocks.
         self._resuspend_unadmitted()
         self._detect_clogs(now)
@@ -433,6 +447,40 @@ class Controller:
             return
         self._positions_at = now
         cache.positions = queue_positions(cache)
+
+    def _fail_rejected(self, rejected: Mapping[str, Reason], now: float) -> None:
+        """Mark Failed (with the reason, and an Event) each gang rejected for the grace: it
+        would otherwise wait forever. The grace restarts with the controller (rejection is
+        the planner's answer over the current state, which the restarted controller reads)."""
+        since = self._rejected_since
+        for key in [k for k in since if k not in rejected]:
+            del since[key]
+        for key, reason in rejected.items():
+            first = since.setdefault(key, now)
+            if key in self.failing or not fails_rejected(
+                first, now, self.settings.fail_rejected_after
+            ):
+                continue
+            record = self.cache.jobs.get(key)
+            if record is None or record.failed_state or record.admission is not None:
+                continue
+            message = f"{reason.code}: {reason.message}"
+            log.warning("%s failed: %s", key, message)
+            self.failing.add(key)
+            self.metrics.failed.inc()
+            self.cache.assume_failed(record, message)
+            self._spawn(self._send_fail(record, message))
+
+    async def _send_fail(self, record: JobRecord, message: str) -> None:
+        ref = _job(record)
+        try:
+            outcome = await self.writer.call(self.writer.mark_failed, ref, message)
+            if outcome == "ok":
+                self.writer.event(ref, "Failed", message, "Warning")
+            elif outcome == "refused":
+                self.cache.forget_failure(record)
+        finally:
+            self.failing.discard(record.key)
 
     # -- detectors -----------------------------------------------------------------------
 

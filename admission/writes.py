@@ -33,6 +33,7 @@ from policies.vocabulary import (
     ADMITTED,
     EVICTED_REASON,
     EVICTIONS,
+    FAILED_REASON,
     PLACEMENT,
     PREEMPTED_BY,
     PREEMPTIONS,
@@ -367,8 +368,11 @@ class Writer:
             job, {"metadata": {"uid": job.uid}, "spec": {"suspend": True}}, "suspend"
         )
 
-    def mark_failed(self, job: JobRef) -> Outcome:
-        body = {"metadata": {"uid": job.uid, "annotations": {STATE: "Failed"}}}
+    def mark_failed(self, job: JobRef, reason: str) -> Outcome:
+        """Give up on a suspended gang that can never be admitted: `muster.dev/state: Failed`
+        and why (`muster.dev/failed-reason`); it stays suspended and counts nowhere."""
+        annotations = {STATE: "Failed", FAILED_REASON: reason}
+        body = {"metadata": {"uid": job.uid, "annotations": annotations}}
         return self._merge(job, body, "fail")
 
     def _merge(self, job: JobRef, body: Mapping[str, Any], what: str) -> Outcome:

@@ -166,6 +166,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="gangs seen finish or fail that the status service keeps for /v1/history and "
         "`muster history` (the oldest go first; default 100000)",
     )
+    parser.add_argument(
+        "--fail-rejected-after",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="a gang that can never be admitted (NeverFits, SizeRatioRejected) is marked "
+        "Failed, with the reason and an Event, once it has been rejected this long "
+        "(default 300)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true")
     parser.epilog = (
         "examples:\n"
@@ -421,6 +430,9 @@ def run(args: argparse.Namespace) -> int:
     if args.history_limit < 1:
         print("muster run: --history-limit must be at least 1", file=sys.stderr)
         return 2
+    if not args.fail_rejected_after >= 0:
+        print("muster run: --fail-rejected-after must be 0 or more seconds", file=sys.stderr)
+        return 2
     source = source_for(args.kubeconfig, args.context)
     if args.local and not isinstance(source, KubeconfigSource):
         print("muster run --local needs --kubeconfig (or $KUBECONFIG)", file=sys.stderr)
@@ -535,6 +547,7 @@ def _run_one(
                 estimate_interval=args.estimate_interval,
                 pin=not args.no_pin,
                 history_limit=args.history_limit,
+                fail_rejected_after=args.fail_rejected_after,
             ),
             ServeSettings(
                 status_addr=args.status_addr,

@@ -26,6 +26,18 @@ JITTER: Final = (0.75, 1.25)
 not all come back in the same cycle (the controller; the simulator runs without jitter)."""
 
 
+REJECTED_GRACE: Final = 300.0
+"""Seconds the controller lets a gang stay rejected before it marks it Failed."""
+
+
+def fails_rejected(rejected_since: float, now: float, grace: float) -> bool:
+    """A gang the planner rejects (NeverFits, SizeRatioRejected: it can never be admitted as
+    things stand) fails once it has been rejected for `grace` seconds in a row, so a node
+    briefly gone or a Queue being edited does not fail it. The simulator, whose nodes and
+    queues do not change during a run, fails it at once (grace 0)."""
+    return now - rejected_since >= grace
+
+
 def clog_timeout(own: float | None, queue: Queue | None) -> float:
     """A gang's clog timeout: its own (`muster.dev/clog-timeout`), else its queue's."""
     if own is not None:

@@ -43,7 +43,11 @@ preemption has no backoff and does not count toward the backoff limit)."""
 PREEMPTED_BY: Final = "muster.dev/preempted-by"
 """Annotation written at preemption: the planner's message, naming the preemptor and the rule."""
 STATE: Final = "muster.dev/state"
-"""Annotation: Failed once the backoff limit is reached."""
+"""Annotation: Failed once the backoff limit is reached, or once the gang has been rejected
+(it can never be admitted) for the controller's grace."""
+FAILED_REASON: Final = "muster.dev/failed-reason"
+"""Annotation written with `STATE: Failed` for a gang that can never be admitted: the planner's
+reason code and message (e.g. `NeverFits: never fits: needs 40 cpu, ...`)."""
 GANG: Final = "muster.dev/gang"
 """Pod-template label: the gang's name, so its pods can be listed with a selector."""
 GANG_KIND: Final = "muster.dev/gang-kind"

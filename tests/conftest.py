@@ -146,7 +146,11 @@ class MusterProcess:
             self.proc.stdout.close()
 
 
-MUSTER_TEST_FLAGS = ["--status-port", "0", "--metrics-port", "0", "--deadlock-grace", "3"]
+MUSTER_TEST_FLAGS = [
+    *("--status-port", "0", "--metrics-port", "0", "--deadlock-grace", "3"),
+    # Long enough for tests that close a queue (quota 1m) for a while, then open it.
+    *("--fail-rejected-after", "60"),
+]
 
 
 def start_muster(

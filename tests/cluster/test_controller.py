@@ -551,3 +551,58 @@ def _completion_time(job: dict[str, Any]) -> float | None:
         if condition.get("type") == "Complete" and condition.get("status") == "True":
             return parse_time(condition["lastTransitionTime"])
     return None
+
+
+def test_a_gang_that_can_never_be_admitted_is_marked_failed_with_its_reason(
+    kube: KubeClient, namespace: str, muster: MusterProcess
+) -> None:
+    """Rejected (8 cpu asked of a queue that can get at most 4) for the session's
+    --fail-rejected-after (60 s): Failed, with the reason on the Job, in the status service and
+    in an Event; it stays suspended and leaves the queue's pending count. A gang that fits in
+    the same queue is admitted meanwhile."""
+    q = f"{namespace}-never"
+    create_queue(kube, q, {"nominal": {"cpu": "4"}})
+    try:
+        kube.create(jobs_path(namespace), gang_job("huge", q, pods=8, runtime="600s"))
+        kube.create(jobs_path(namespace), gang_job("fits", q, pods=2, runtime="600s"))
+        url = f"{muster.status_url}/v1/gangs/{namespace}/huge"
+        waiting = wait_for(
+            lambda: pending_reason(url, "NeverFits"), timeout=60, what="the huge gang rejected"
+        )
+        assert waiting["state"] == "Pending" and waiting.get("rejected") is True
+        wait_for(
+            lambda: admitted(kube.get(f"{jobs_path(namespace)}/fits")),
+            timeout=60,
+            what="the gang that fits admitted",
+        )
+        failed = wait_for(
+            lambda: (s := http_json(url))["state"] == "Failed" and s,
+            timeout=150,
+            what="the huge gang marked Failed",
+        )
+        assert failed["reason"]["code"] == "NeverFits"
+        assert "needs 8 cpu, queue" in failed["reason"]["message"], failed
+        # The status service answers from the cache, which takes the failure before its write.
+        job = wait_for(
+            lambda: (
+                (j := kube.get(f"{jobs_path(namespace)}/huge"))["metadata"]["annotations"].get(
+                    "muster.dev/state"
+                )
+                == "Failed"
+                and j
+            ),
+            timeout=30,
+            what="muster.dev/state: Failed on the huge Job",
+        )
+        annotations = job["metadata"]["annotations"]
+        assert annotations["muster.dev/failed-reason"].startswith("NeverFits: never fits: needs 8")
+        assert job["spec"]["suspend"] is True and not admitted(job)
+        wait_for(
+            lambda: "Failed" in event_reasons(kube, namespace, "huge"),
+            timeout=30,
+            what="a Failed Event on the huge gang",
+        )
+        row = http_json(f"{muster.status_url}/v1/queues")["queues"][q]
+        assert row["pending"] == 0 and row["admitted"] == 1, row
+    finally:
+        delete_queue(kube, q)

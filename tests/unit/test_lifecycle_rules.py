@@ -8,7 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policies import Backoff, Queue
-from policies.lifecycle import JITTER, Progress, check_clog, clog_timeout, evict
+from policies.lifecycle import (
+    JITTER,
+    REJECTED_GRACE,
+    Progress,
+    check_clog,
+    clog_timeout,
+    evict,
+    fails_rejected,
+)
 
 
 def test_a_gangs_own_clog_timeout_wins_over_its_queues() -> None:
@@ -69,3 +77,9 @@ def test_jittered_delays_stay_in_their_band(
     assert plain.failed == jittered.failed == (before + 1 > limit)
     low, high = JITTER
     assert plain.delay * low <= jittered.delay <= plain.delay * high
+
+
+def test_a_rejected_gang_fails_only_once_rejected_for_the_whole_grace() -> None:
+    assert not fails_rejected(100.0, 100.0 + REJECTED_GRACE - 0.1, REJECTED_GRACE)
+    assert fails_rejected(100.0, 100.0 + REJECTED_GRACE, REJECTED_GRACE)
+    assert fails_rejected(100.0, 100.0, 0.0)  # the simulator's: at once
