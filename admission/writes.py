@@ -29,6 +29,7 @@ from admission.pinning import (
     encode_placement,
     pinned_affinity,
 )
+from policies.kinds.fields import pointer
 from policies.vocabulary import (
     ADMITTED,
     EVICTED_REASON,
@@ -56,13 +57,9 @@ def job_path(namespace: str, name: str) -> str:
     return f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}"
 
 
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
-
-
 def _annotation(key: str) -> str:
     """The JSON Patch path of an annotation."""
-    return f"/metadata/annotations/{_escape(key)}"
+    return pointer("metadata", "annotations", key)
 
 
 @dataclass(frozen=True)

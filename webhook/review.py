@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from policies.kinds.fields import pointer
 from policies.phase import NO_LIMITS, QueueLimits
 from webhook.backlog import Backlog
 from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
@@ -52,10 +53,6 @@ class QueueFull(AdmissionRejected):
     code = 429
 
 
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
-
-
 def json_patch(obj: Mapping[str, Any], merge: Mapping[str, Any], prefix: str = "") -> JsonPatch:
     """JSON patch ops that apply `merge` (a merge patch with no deletions) to `obj`.
 
@@ -64,7 +61,7 @@ def json_patch(obj: Mapping[str, Any], merge: Mapping[str, Any], prefix: str = "
     """
     ops: JsonPatch = []
     for key, value in merge.items():
-        path = f"{prefix}/{_escape(key)}"
+        path = prefix + pointer(key)
         if key not in obj:
             ops.append({"op": "add", "path": path, "value": value})
         elif isinstance(value, Mapping) and isinstance(obj[key], Mapping):

@@ -108,3 +108,10 @@ def read_gang_fields(
             raise FieldError(str(exc)) from None
         present.append((CLOG_TIMEOUT, found[1].strip()))
     return GangFields(minimum, priority, elastic_after, clog_timeout, tuple(present))
+
+
+def pointer(*keys: str) -> str:
+    """The JSON Pointer (RFC 6901) of a field: ``pointer("metadata", "annotations",
+    "muster.dev/admitted")`` is ``/metadata/annotations/muster.dev~1admitted``. The one place
+    JSON Patches (the webhook's and the controller's) escape a key."""
+    return "".join("/" + key.replace("~", "~0").replace("/", "~1") for key in keys)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from admission.gangs import JobRecord, job_record
+from policies.kinds.fields import pointer
 from webhook.decision import (
     AdmissionRejected,
     Decision,
@@ -221,3 +222,10 @@ def test_a_minicluster_min_size_is_its_minimum_unless_min_members_says_otherwise
     mc["metadata"]["annotations"] = {"muster.dev/min-members": "2"}
     decision = decide_mc(mc)
     assert decision.patch["spec"]["jobLabels"]["muster.dev/min-members"] == "2"
+
+
+def test_a_pointer_escapes_slashes_and_tildes_once() -> None:
+    assert pointer("metadata", "annotations", "muster.dev/a~b") == (
+        "/metadata/annotations/muster.dev~1a~0b"
+    )
+    assert pointer() == ""
