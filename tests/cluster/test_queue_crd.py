@@ -26,6 +26,19 @@ pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crds")]
             {"nominal": {"cpu": "4"}, "lendingLimit": {"memory": "1Gi"}},
             "needs a nominal for each resource it names",
         ),
+        ({"nominal": {"cpu": "-5"}}, "nominal must not be negative: -5; give an amount"),
+        (
+            {"nominal": {"cpu": "4", "memory": -1}, "borrowingLimit": {"cpu": "-500m"}},
+            'spec.borrowingLimit[cpu]: Invalid value: "-500m": borrowingLimit must not be negative',
+        ),
+        (
+            {"nominal": {"cpu": "4"}, "lendingLimit": {"cpu": "-1"}},
+            "lendingLimit must not be negative: -1",
+        ),
+        (
+            {"nominal": {"cpu": "4", "memory": -1}},
+            "spec.nominal[memory]: Invalid value: -1: nominal must not be negative",
+        ),
         ({"weight": 0}, "weight must be greater than 0"),
         ({"weight": -1.5}, "weight must be greater than 0"),
         ({"sizeRatio": {"ratio": 1.5}}, "ratio must be in (0, 1]"),
