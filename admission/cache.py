@@ -23,6 +23,7 @@ from typing import Any
 from admission.gangs import (
     JobRecord,
     PodRecord,
+    format_time,
     job_record,
     namespace_selector_from,
     node_from,
@@ -43,6 +44,7 @@ from policies import (
 )
 from policies.estimate import Estimate, RuntimeHistory
 from policies.phase import NO_LIMITS, QueueLimits, is_managed_job, parse_queue_limits
+from policies.readiness import Readiness, queue_readiness
 from policies.reasons import namespace_not_allowed
 from policies.selectors import LabelSelector
 
@@ -124,7 +126,11 @@ class Cache:
     estimated_at: float | None = None
     runtimes: RuntimeHistory = field(default_factory=RuntimeHistory)
     tree: QueueTree | None = None
-    tree_error: str | None = None
+    readiness: dict[str, Readiness] = field(default_factory=dict)
+    """Each Queue's Ready condition (policies.readiness); the tree holds the Ready ones."""
+    _ready_since: dict[str, tuple[bool, str, str]] = field(default_factory=dict)
+    """Per Queue: (ready, reason, lastTransitionTime) of its condition as last written or
+    read from the object, so the transition time changes only with the condition."""
     version: int = 0
     gang_versions: dict[str, int] = field(default_factory=dict)
     synced: bool = False
@@ -455,7 +461,9 @@ class Cache:
             return
         if event == "DELETED":
             self.queues.pop(name, None)
+            self._ready_since.pop(name, None)
         else:
+            self._seed_ready_since(name, body)
             try:
                 selector = namespace_selector_from(body)
                 self.queues[name] = QueueView(
@@ -509,15 +517,70 @@ class Cache:
         return out
 
     def _rebuild_tree(self) -> None:
-        queues = [view.queue for view in self.queues.values() if view.queue is not None]
+        """Plan with the Ready queues (a valid spec, a parent chain that reaches a root)."""
+        readiness = queue_readiness(
+            {name: view.queue for name, view in self.queues.items()},
+            {name: view.error for name, view in self.queues.items() if view.error},
+        )
+        for name, ready in readiness.items():
+            if not ready.ready and self.readiness.get(name) != ready:
+                log.warning("queue %s not ready (%s): %s", name, ready.reason, ready.message)
+        self.readiness = readiness
+        queues = [
+            view.queue
+            for name, view in self.queues.items()
+            if view.queue is not None and readiness[name].ready
+        ]
         try:
             self.tree = QueueTree.build(queues)
-            self.tree_error = None
-        except PolicyError as exc:
-            # Keep planning with the queues that form a valid tree: drop the offenders' subtrees.
+        except PolicyError as exc:  # pragma: no cover - readiness checks what build does
             log.warning("queue tree invalid: %s", exc)
-            self.tree_error = str(exc)
             self.tree = _largest_valid_tree(queues)
+
+    def refusals(self) -> dict[str, Reason]:
+        """Waiting gangs the controller keeps out of the plan, and why: their Queue is not
+        Ready, or does not take gangs from their namespace."""
+        return {**self.namespace_refusals(), **self.queue_refusals()}
+
+    def queue_refusals(self) -> dict[str, Reason]:
+        """Waiting gangs whose Queue exists but is not Ready, and why (not "not found")."""
+        broken = {name: r for name, r in self.readiness.items() if not r.ready}
+        if not broken:
+            return {}
+        return {
+            r.key: broken[r.queue].gang_reason(r.queue)
+            for r in self.jobs.values()
+            if r.queue in broken and r.admission is None and not r.finished and not r.failed_state
+        }
+
+    def ready_condition(self, name: str) -> dict[str, str] | None:
+        """The Queue's `Ready` condition as `status.conditions` holds it (None: unknown)."""
+        ready = self.readiness.get(name)
+        if ready is None:
+            return None
+        since = self._ready_since.get(name)
+        if since is None or since[:2] != (ready.ready, ready.reason):
+            since = (ready.ready, ready.reason, format_time(time.time()))
+            self._ready_since[name] = since
+        return {
+            "type": "Ready",
+            "status": "True" if ready.ready else "False",
+            "reason": ready.reason,
+            "message": ready.message,
+            "lastTransitionTime": since[2],
+        }
+
+    def _seed_ready_since(self, name: str, body: Mapping[str, Any]) -> None:
+        """A restarted controller keeps the transition time the object already shows."""
+        if name in self._ready_since:
+            return
+        for condition in (body.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "Ready" and condition.get("lastTransitionTime"):
+                self._ready_since[name] = (
+                    condition.get("status") == "True",
+                    str(condition.get("reason") or ""),
+                    str(condition["lastTransitionTime"]),
+                )
 
     # -- resync --------------------------------------------------------------------------
 

@@ -171,7 +171,7 @@ class Controller:
         # 2. Sync: the planner's state follows the cache (what changed since the last cycle).
         #    Nothing below reads live state for the plan.
         started = time.perf_counter()
-        refused = self.cache.namespace_refusals()
+        refused = self.cache.refusals()
         self.cache.release_reservations(now)
         planner = self.feed.sync(self.cache, now, refused, self.evicting)
         # 3. Plan: the incremental planner, synced from the cache's changes; in a thread so

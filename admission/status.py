@@ -149,6 +149,9 @@ def queue_status(cache: Cache) -> dict[str, dict[str, object]]:
         }
         if view.error:
             out[name]["error"] = view.error
+        condition = cache.ready_condition(name)
+        if condition is not None:
+            out[name]["conditions"] = [condition]
     return out
 
 

@@ -127,6 +127,12 @@ def changes_for(
             "docs/queue-reference.md): the gang is planned as soon as it exists",
             "or delete the Job and create it again labelled muster.dev/queue=<a leaf queue>",
         ]
+    if code == "QueueNotReady":
+        return [
+            f"queue {q} (or the queue above it that the reason names) is fixed as the reason "
+            f"says ({edit}); `kubectl get queues` shows each queue's Ready condition and reason: "
+            "the gang is planned as soon as its queue is Ready",
+        ]
     if code == "NamespaceNotAllowed":
         return [
             f"label namespace {namespace} to match queue {q}'s spec.namespaceSelector "

@@ -385,7 +385,7 @@ def plan_listing(
     for record in cache.jobs.values():
         # What the clog detector would have recorded: who reached their minimum of ready pods.
         record.reached_min = record.admission is not None and record.state(now) == "Running"
-    refused = cache.namespace_refusals()
+    refused = cache.refusals()
     snapshot = cache.snapshot(now, refused)
     try:
         decisions = plan(snapshot, policy) if snapshot.pending else Decisions()

@@ -397,7 +397,7 @@ class QueueTree:
                 raise PolicyError(
                     f'queue "{queue.name}": duplicate name; queue names are cluster-wide unique'
                 )
-            _validate_queue(queue)
+            validate_queue(queue)
             by_name[queue.name] = queue
         graph = nx.DiGraph()
         graph.add_nodes_from(by_name)
@@ -487,7 +487,8 @@ def _validate_preemption(preemption: Preemption, path: str) -> None:
         )
 
 
-def _validate_queue(queue: Queue) -> None:
+def validate_queue(queue: Queue) -> None:
+    """Check one queue's own fields; raises PolicyError naming the queue and the field."""
     where = f'queue "{queue.name}"'
     if not (isinstance(queue.weight, int | float) and math.isfinite(queue.weight)) or (
         queue.weight <= 0

@@ -1,0 +1,89 @@
+"""Each Queue's `Ready` condition, written by the controller: a cycle, a missing parent and the
+queues below them say so on the object, and a gang of such a queue is told why it waits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from admission.kubeapi import KubeClient
+from tests.cluster.test_cli import muster_cli
+from tests.conftest import MusterProcess
+from tests.controller_helpers import (
+    QUEUES,
+    admitted,
+    create_queue,
+    delete_queue,
+    gang_job,
+    jobs_path,
+    pending_reason,
+)
+from tests.kube import create_through_webhook, wait_for
+
+pytestmark = [pytest.mark.cluster]
+
+
+def ready(kube: KubeClient, name: str) -> dict[str, Any] | None:
+    conditions = (kube.get(f"{QUEUES}/{name}").get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "Ready"), None)
+
+
+def wait_ready(kube: KubeClient, name: str, status: str, reason: str) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        condition = ready(kube, name)
+        if condition is not None and (condition["status"], condition["reason"]) == (status, reason):
+            return condition
+        return None
+
+    return wait_for(probe, timeout=60, what=f"queue {name} Ready={status} ({reason})")
+
+
+def test_a_cycle_and_a_missing_parent_show_on_the_queues_and_in_the_gangs_reason(
+    kube: KubeClient, namespace: str, muster: MusterProcess
+) -> None:
+    a, b, c, d, ok = (f"{namespace}-{x}" for x in ("a", "b", "c", "d", "ok"))
+    create_queue(kube, a, {"parent": b, "nominal": {"cpu": "4"}})
+    create_queue(kube, b, {"parent": a})
+    create_queue(kube, c, {"parent": f"{namespace}-nope"})
+    create_queue(kube, d, {"parent": a, "nominal": {"cpu": "4"}})
+    create_queue(kube, ok, {"nominal": {"cpu": "4"}})
+    try:
+        for name in (a, b):
+            cycle = wait_ready(kube, name, "False", "ParentCycle")
+            assert f"({a} -> {b} -> {a})" in cycle["message"], cycle
+        missing = wait_ready(kube, c, "False", "ParentNotFound")
+        assert f'spec.parent "{namespace}-nope" names no Queue' in missing["message"]
+        below = wait_ready(kube, d, "False", "ParentNotReady")
+        assert f'queue "{a}" above it is not ready (ParentCycle)' in below["message"]
+        active = wait_ready(kube, ok, "True", "Active")
+
+        # A gang of d, the leaf below the cycle.
+        create_through_webhook(kube, jobs_path(namespace), gang_job("g", d, pods=2))
+        url = f"{muster.status_url}/v1/gangs/{namespace}/g"
+        status = wait_for(
+            lambda: pending_reason(url, "QueueNotReady"), timeout=60, what="QueueNotReady"
+        )
+        assert status["reason"]["message"].startswith(
+            f'queue "{d}" is not ready (ParentNotReady): queue "{a}" above it is not ready '
+            "(ParentCycle)"
+        )
+        explained = muster_cli("explain", f"{namespace}/g", "--kubeconfig", str(muster.kubeconfig))
+        assert explained.returncode == 0, explained.stderr
+        assert "ParentCycle" in explained.stdout and "kubectl get queues" in explained.stdout
+
+        # b becomes the root: a and d are Ready, the gang is admitted (d's 4 cpu); ok's
+        # condition is the same one (its transition time does not move).
+        kube.patch(f"{QUEUES}/{b}", {"spec": {"parent": None}})
+        wait_ready(kube, b, "True", "Active")
+        wait_ready(kube, a, "True", "Active")
+        wait_ready(kube, d, "True", "Active")
+        wait_for(
+            lambda: admitted(kube.get(f"{jobs_path(namespace)}/g")),
+            timeout=60,
+            what="the gang admitted once its queue is Ready",
+        )
+        assert ready(kube, ok) == active
+    finally:
+        for name in (d, a, b, c, ok):
+            delete_queue(kube, name)
