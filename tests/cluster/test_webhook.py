@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from admission.kubeapi import ApiError, KubeClient
-from muster.run_command import register_configuration, stop_child
+from muster.commands.run import register_configuration, stop_child
 from policies.submitted import parse_stamp
 from simulator.controlplane.build import Binaries
 from simulator.controlplane.minicluster import (

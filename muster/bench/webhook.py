@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from admission.kubeapi import ApiError, KubeClient
-from muster.run_command import CONFIG_PATH, stop_child
+from muster.commands.run import CONFIG_PATH, stop_child
 from policies.vocabulary import QUEUE, SUBMITTED
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
 
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < args.rounds or args.concurrency < 1 or args.rounds < 1:
         print("muster bench webhook: need --jobs >= --rounds >= 1 and --concurrency >= 1")
         return 2
-    from simulator.bench_apiserver import bench_kubeconfig, fresh_namespace
+    from muster.bench.apiserver import bench_kubeconfig, fresh_namespace
 
     with ExitStack() as stack:
         kubeconfig = bench_kubeconfig(args.kubeconfig, stack, quiet=args.json)

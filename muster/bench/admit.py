@@ -2,7 +2,7 @@
 apiserver's raw PATCH rate measured in the same run, and the controller's memory.
 
 Steps: (1) a control plane (started here, or --kubeconfig); (2) raw PATCH/s of that apiserver
-(`simulator.bench_apiserver.measure_patches`, before muster runs); (3) `muster run --local` as a
+(`muster.bench.apiserver.measure_patches`, before muster runs); (3) `muster run --local` as a
 subprocess; (4) --jobs labelled one-pod Jobs created from --submitters threads into an unlimited
 queue; gangs/s = jobs / (last `muster.dev/admitted` time - first create); (5) optionally a
 --backlog of Jobs created while only the webhook runs, then the controller started: admission
@@ -224,7 +224,7 @@ class AdmissionWatch:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.bench_apiserver import measure_patches
+    from muster.bench.apiserver import measure_patches
     from simulator.controlplane.minicluster import apply_crd
 
     def say(message: str) -> None:
