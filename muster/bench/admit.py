@@ -22,10 +22,7 @@ import argparse
 import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,6 +31,7 @@ from typing import Any
 import yaml
 
 from admission.kubeapi import ApiError, KubeClient
+from admission.launcher import LaunchError, MusterRun, launch
 from policies.vocabulary import ADMITTED
 from simulator.controlplane.cluster import LocalCluster, NodeShape
 from simulator.kwok_watch import WatchCache
@@ -148,44 +146,14 @@ def _create_many(
     return first[0]
 
 
-def _start_muster(kubeconfig: Path, *flags: str) -> tuple[subprocess.Popen[str], float]:
-    """Start `muster run --local` with `flags`; return it once it says it is ready, and when."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "muster.cli", "run", "--local", "--kubeconfig", str(kubeconfig)]
-        + ["--status-port", "-1", "--metrics-port", "0", *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    wanted = set()
-    if "--no-webhook" not in flags:
-        wanted.add("webhook ready")
-    if "--no-controller" not in flags:
-        wanted.add("controller ready")
-    seen: list[str] = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        seen.append(line)
-        wanted = {w for w in wanted if w not in line}
-        if not wanted:
-            break
-    if wanted:
-        raise RuntimeError("muster run did not become ready:\n" + "".join(seen[-20:]))
-    ready = time.time()
-    # Keep reading so the pipe never fills.
-    threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
-    return proc, ready
-
-
-def _stop(proc: subprocess.Popen[str] | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
+def _start_muster(kubeconfig: Path, *flags: str) -> tuple[MusterRun, float]:
+    """Start `muster run --local` with `flags` (no status service); return it once it is
+    ready, and when."""
     try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        run = launch(kubeconfig, *flags, status=False)
+    except LaunchError as exc:
+        raise RuntimeError(str(exc)) from exc
+    return run, time.time()
 
 
 class AdmissionWatch:
@@ -242,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         kubeconfig = cluster.kubeconfig
         observed = cluster
     client = KubeClient.from_kubeconfig(kubeconfig)
-    procs: list[subprocess.Popen[str]] = []
+    procs: list[MusterRun] = []
     watches: list[AdmissionWatch] = []
     stamp = int(time.time())
     ns, raw_ns, backlog_ns = f"bench-admit-{stamp}", f"bench-raw-{stamp}", f"bench-backlog-{stamp}"
@@ -315,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
         #    controller runs; then the controller starts and admits them. From its ready line
         #    to the last admission, admission is bound by the controller and PATCHes only.
         if args.backlog:
-            _stop(proc)
+            proc.stop(timeout=60)
             webhook, _ = _start_muster(kubeconfig, "--no-controller")
             procs.append(webhook)
             backlog = [f"b-{i:05d}" for i in range(args.backlog)]
@@ -367,7 +335,7 @@ def run(args: argparse.Namespace) -> int:
         for w in watches:
             w.stop()
         for process in procs:
-            _stop(process)
+            process.stop(timeout=60)
         for name, _spec in queues:
             with contextlib.suppress(ApiError, OSError):
                 client.delete(f"{QUEUES}/{name}")

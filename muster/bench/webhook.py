@@ -13,8 +13,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from admission.kubeapi import ApiError, KubeClient
-from muster.commands.run import CONFIG_PATH, stop_child
+from admission.launcher import launch
+from muster.commands.run import CONFIG_PATH
 from policies.vocabulary import QUEUE, SUBMITTED
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
 
@@ -114,25 +113,8 @@ class _Round:
 
 def _start_webhook(kubeconfig: Path, stack: ExitStack, server: str) -> dict[str, Any]:
     """Start `muster run --local`; return the configuration it registered."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "muster.cli", "run", "--local", "--kubeconfig", str(kubeconfig)]
-        + ["--webhook-server", server],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-    stack.callback(stop_child, proc)
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 90
-    for line in proc.stdout:
-        if "webhook ready" in line:
-            break
-        if time.monotonic() > deadline:
-            raise TimeoutError("muster run --local did not become ready within 90s")
-    else:
-        raise RuntimeError("muster run --local exited before it was ready")
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    muster = launch(kubeconfig, "--webhook-server", server)
+    stack.callback(muster.stop)
     with KubeClient.from_kubeconfig(kubeconfig) as client:
         return client.get(f"{CONFIG_PATH}/{WEBHOOK_CONFIG_NAME}")
 

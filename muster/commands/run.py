@@ -584,6 +584,8 @@ def _run_one(
             await webhook_metrics.start()
         if args.local and webhook:
             asyncio.get_running_loop().create_task(_register_when_serving())
+        elif webhook and webhook_metrics is not None:
+            asyncio.get_running_loop().create_task(_ready_when_serving(webhook_metrics))
         if webhook_child is not None:
             asyncio.get_running_loop().create_task(_watch_webhook_child())
 
@@ -603,8 +605,17 @@ def _run_one(
         )
         await asyncio.to_thread(register_configuration, client, configuration)
         logging.info("webhook registered at https://%s:%d", args.webhook_addr, port)
-        metrics = f" metrics={webhook_metrics.url}" if webhook_metrics is not None else ""
+        metrics = ""
+        if webhook_metrics is not None:
+            webhook_metrics.ready = True
+            metrics = f" metrics={webhook_metrics.url}"
         print(f"muster: webhook ready at https://{args.webhook_addr}:{port}{metrics}", flush=True)
+
+    async def _ready_when_serving(probe: MetricsServer) -> None:
+        # In a cluster the configuration is the manifests' to register; serving TLS is ready.
+        with contextlib.suppress(TimeoutError):  # not serving: never ready, /healthz says so
+            await asyncio.to_thread(_wait_for_tls, args.webhook_addr, port)
+            probe.ready = True
 
     @kopf.on.cleanup(registry=registry)
     async def unregister(**_: Any) -> None:
