@@ -45,6 +45,7 @@ from typing import Any, Final
 
 import yaml
 
+from admission import kubeapi
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
 from admission.launcher import LaunchError, MusterRun, launch
 from policies.history import to_csv
@@ -70,12 +71,11 @@ from simulator.kwok_objects import (
 from simulator.kwok_timeline import Timeline
 from simulator.kwok_watch import WatchCache
 from simulator.trace import SubmittedGang, Trace, expand
+from webhook.configuration import NAME as WEBHOOK_CONFIGURATION
 
 REPO: Final = Path(__file__).resolve().parents[1]
 QUEUE_CRD: Final = REPO / "manifests" / "crd" / "queues.muster.dev.yaml"
-WEBHOOK_CONFIG: Final = (
-    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/muster.dev"
-)
+WEBHOOK_CONFIG: Final = kubeapi.WEBHOOK_CONFIGURATIONS.path(name=WEBHOOK_CONFIGURATION)
 MAX_NODES: Final = 5000
 """kwok nodes one local control plane takes on a small machine (heartbeats of 5000 fake nodes
 already keep a core busy); a larger trace is refused rather than replayed badly."""
@@ -318,7 +318,7 @@ class KwokSession:
 
         def create(body: dict[str, Any]) -> None:
             try:
-                client.create("/api/v1/nodes", body)
+                client.create(kubeapi.NODES.path(), body)
             except ApiError as exc:
                 errors.append(f"node {body['metadata']['name']}: {exc.message}")
 
@@ -338,7 +338,9 @@ class KwokSession:
         if self.cluster is not None and not self.settings.keep_cluster:
             return  # the whole control plane goes
         client = self._api()
-        client.request("DELETE", "/api/v1/nodes", params={"labelSelector": f"{SIM_RUN}={self.run}"})
+        client.request(
+            "DELETE", kubeapi.NODES.path(), params={"labelSelector": f"{SIM_RUN}={self.run}"}
+        )
 
     # -- queues ---------------------------------------------------------------------
 
@@ -619,13 +621,13 @@ class _Replay:
         credentials = self.client.credentials
         self.pods = WatchCache(
             KubeClient(credentials),
-            "/api/v1/pods",
+            kubeapi.PODS.path(),
             {"labelSelector": mine, "fieldSelector": LIVE_PODS},
             name="watch-pods",
         )
         self.jobs = WatchCache(
             KubeClient(credentials),
-            "/apis/batch/v1/jobs",
+            kubeapi.JOBS.path(),
             {"labelSelector": mine},
             name="watch-jobs",
         )
@@ -636,7 +638,7 @@ class _Replay:
         client = self.client
         timeline = self.timeline
         for namespace in self.namespaces.values():
-            client.create("/api/v1/namespaces", namespace_body(namespace, self.run_id))
+            client.create(kubeapi.NAMESPACES.path(), namespace_body(namespace, self.run_id))
         selector = f"{SIM_RUN}={self.run_id}"
         runner_client = KubeClient(client.credentials)
         runner = GangRunner(
@@ -858,11 +860,11 @@ class _Replay:
         client = self.client
         for namespace in self.namespaces.values():
             with contextlib.suppress(ApiError):
-                client.delete(f"/api/v1/namespaces/{namespace}")
+                client.delete(kubeapi.NAMESPACES.path(name=namespace))
         deadline = time.monotonic() + 180
         selector = {"labelSelector": f"{SIM_RUN}={self.run_id}"}
         while time.monotonic() < deadline:
-            if not client.get("/api/v1/pods", {**selector, "limit": "1"})["items"]:
+            if not client.get(kubeapi.PODS.path(), {**selector, "limit": "1"})["items"]:
                 return
             time.sleep(0.5)
         self.session.log(f"warning: pods of {self.run_id} still present after 180 s")

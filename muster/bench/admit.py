@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from admission import kubeapi
 from admission.kubeapi import ApiError, KubeClient
 from admission.launcher import LaunchError, MusterRun, launch
 from policies.vocabulary import ADMITTED
@@ -37,7 +38,7 @@ from simulator.controlplane.cluster import LocalCluster, NodeShape
 from simulator.kwok_watch import WatchCache
 
 REPO = Path(__file__).resolve().parent.parent
-QUEUES = "/apis/muster.dev/v1alpha1/queues"
+QUEUES = kubeapi.QUEUES.path()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,7 +125,7 @@ def _cpu(pids: dict[str, int]) -> dict[str, float]:
 def _create_many(
     client: KubeClient, namespace: str, names: list[str], queue: str, threads: int
 ) -> float:
-    path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+    path = kubeapi.JOBS.path(namespace)
     first: list[float] = []
 
     def create(name: str) -> None:
@@ -165,7 +166,7 @@ class AdmissionWatch:
         self.seen: dict[str, float] = {}
         self._cache = WatchCache(
             KubeClient(client.credentials),  # the watch cache closes its client when stopped
-            f"/apis/batch/v1/namespaces/{namespace}/jobs",
+            kubeapi.JOBS.path(namespace),
             {},
             name=f"admissions-{namespace}",
             on_object=self._saw,
@@ -220,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
             client, yaml.safe_load((REPO / "manifests/crd/queues.muster.dev.yaml").read_text())
         )
         for name in (ns, raw_ns, backlog_ns):
-            client.create("/api/v1/namespaces", {"metadata": {"name": name}})
+            client.create(kubeapi.NAMESPACES.path(), {"metadata": {"name": name}})
         for queue, spec in queues:
             client.create(
                 QUEUES,
@@ -234,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         # 2. Raw PATCH/s of this apiserver, before muster adds load.
         raw_jobs = [f"raw-{i}" for i in range(64)]
         for name in raw_jobs:
-            client.create(f"/apis/batch/v1/namespaces/{raw_ns}/jobs", _job(name, None, True))
+            client.create(kubeapi.JOBS.path(raw_ns), _job(name, None, True))
         raw = measure_patches(client, raw_ns, raw_jobs, args.patches, args.concurrency)
         raw_rate = float(raw["patch_per_s"])
         say(f"raw PATCH/s: {raw_rate:.0f}")
@@ -341,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
                 client.delete(f"{QUEUES}/{name}")
         for name in (ns, raw_ns, backlog_ns):
             with contextlib.suppress(ApiError, OSError):
-                client.delete(f"/api/v1/namespaces/{name}")
+                client.delete(kubeapi.NAMESPACES.path(name=name))
         client.close()
         if cluster is not None:
             cluster.down(quiet=True)

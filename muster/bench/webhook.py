@@ -20,6 +20,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from admission import kubeapi
 from admission.kubeapi import ApiError, KubeClient
 from admission.launcher import launch
 from muster.commands.run import CONFIG_PATH
@@ -89,7 +90,7 @@ class _Round:
     def create(self) -> tuple[float, bool]:
         body = _job(self.name())
         started = time.perf_counter()
-        stored = self.client.create(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", body)
+        stored = self.client.create(kubeapi.JOBS.path(NAMESPACE), body)
         elapsed = time.perf_counter() - started
         return elapsed, SUBMITTED in (stored["metadata"].get("annotations") or {})
 
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         kubeconfig = bench_kubeconfig(args.kubeconfig, stack, quiet=args.json)
         client = stack.enter_context(KubeClient.from_kubeconfig(kubeconfig))
         fresh_namespace(client, NAMESPACE)
-        stack.callback(client.delete, f"/api/v1/namespaces/{NAMESPACE}")
+        stack.callback(client.delete, kubeapi.NAMESPACES.path(name=NAMESPACE))
         registered = _start_webhook(kubeconfig, stack, args.webhook_server)
         config = {k: registered[k] for k in ("apiVersion", "kind", "webhooks")}
         config["metadata"] = {"name": registered["metadata"]["name"]}

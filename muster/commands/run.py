@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from admission import kubeapi
 from admission.credentials import Credentials, KubeconfigSource, kopf_login, source_for
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
 from policies.vocabulary import QUEUE
@@ -40,13 +41,13 @@ from webhook.decision import WebhookSettings
 from webhook.handlers import set_limits, stamp_of
 from webhook.review import WebhookState
 
-QUEUES_PATH = "/apis/muster.dev/v1alpha1/queues"
-JOBS_PATH = "/apis/batch/v1/jobs"
+QUEUES_PATH = kubeapi.QUEUES.path()
+JOBS_PATH = kubeapi.JOBS.path()
 MANAGED_JOBS = {"labelSelector": QUEUE}
 """The Jobs muster manages, as the controller's watch selects them."""
-MINICLUSTERS_PATH = "/apis/flux-framework.org/v1alpha2/miniclusters"
+MINICLUSTERS_PATH = kubeapi.MINICLUSTERS.path()
 
-CONFIG_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+CONFIG_PATH = kubeapi.WEBHOOK_CONFIGURATIONS.path()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -247,7 +248,7 @@ def load_state(client: KubeClient) -> tuple[WebhookState, int]:
     """One LIST each of namespaces, Queues, managed Jobs (in pages) and MiniClusters (absent
     CRDs are fine); and the Jobs' collection version, to watch them on from."""
     state = WebhookState()
-    for ns in client.get("/api/v1/namespaces")["items"]:
+    for ns in client.get(kubeapi.NAMESPACES.path())["items"]:
         state.namespace_labels[ns["metadata"]["name"]] = dict(ns["metadata"].get("labels") or {})
     try:
         queues = client.get(QUEUES_PATH)["items"]
@@ -284,7 +285,7 @@ def load_state(client: KubeClient) -> tuple[WebhookState, int]:
     return state, jobs_version
 
 
-PEERINGS_PATH = "/apis/kopf.dev/v1/clusterkopfpeerings"
+PEERINGS_PATH = kubeapi.KOPF_PEERINGS.path()
 
 
 def ensure_peering(client: KubeClient, name: str) -> str | None:
