@@ -43,9 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
 from admission import kubeapi
+from admission.crd import queue_crd
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
 from admission.launcher import LaunchError, MusterRun, launch
 from policies.history import to_csv
@@ -73,8 +72,6 @@ from simulator.kwok_watch import WatchCache
 from simulator.trace import SubmittedGang, Trace, expand
 from webhook.configuration import NAME as WEBHOOK_CONFIGURATION
 
-REPO: Final = Path(__file__).resolve().parents[1]
-QUEUE_CRD: Final = REPO / "manifests" / "crd" / "queues.muster.dev.yaml"
 WEBHOOK_CONFIG: Final = kubeapi.WEBHOOK_CONFIGURATIONS.path(name=WEBHOOK_CONFIGURATION)
 MAX_NODES: Final = 5000
 """kwok nodes one local control plane takes on a small machine (heartbeats of 5000 fake nodes
@@ -294,11 +291,7 @@ class KwokSession:
 
     def _prepare(self) -> None:
         client = self._api()
-        try:
-            queue_crd = yaml.safe_load(QUEUE_CRD.read_text())
-        except OSError as exc:
-            raise KwokError(f"cannot read the Queue CRD {QUEUE_CRD}: {exc.strerror}") from None
-        apply_crd(client, queue_crd)
+        apply_crd(client, queue_crd())
         try:
             crd = minicluster_crd()
         except (OSError, ValueError) as exc:

@@ -93,13 +93,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.fixture(scope="session")
 def crds(kube: KubeClient) -> None:
-    """The Queue CRD from manifests/ and the MiniCluster CRD (`minicluster_crd()`: the Flux
-    Operator's where ../shared/ has it, else the stand-in), Established."""
-    import yaml
-
+    """The Queue CRD (as the package ships it: manifests/crd/'s) and the MiniCluster CRD
+    (`minicluster_crd()`: the Flux Operator's where ../shared/ has it, else the stand-in),
+    Established."""
+    from admission.crd import queue_crd
     from simulator.controlplane.minicluster import apply_crd, install_crd, minicluster_crd
 
-    apply_crd(kube, yaml.safe_load((REPO / "manifests/crd/queues.muster.dev.yaml").read_text()))
+    apply_crd(kube, queue_crd())
     _MINICLUSTER_CRD_INSTALLED.append(install_crd(kube, minicluster_crd()))
 
 

@@ -28,16 +28,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from admission import kubeapi
+from admission.crd import queue_crd
 from admission.kubeapi import ApiError, KubeClient
 from admission.launcher import LaunchError, MusterRun, launch
 from policies.vocabulary import ADMITTED
 from simulator.controlplane.cluster import LocalCluster, NodeShape
 from simulator.kwok_watch import WatchCache
 
-REPO = Path(__file__).resolve().parent.parent
 QUEUES = kubeapi.QUEUES.path()
 
 
@@ -217,9 +215,7 @@ def run(args: argparse.Namespace) -> int:
     ns, raw_ns, backlog_ns = f"bench-admit-{stamp}", f"bench-raw-{stamp}", f"bench-backlog-{stamp}"
     queues = [(ns, {}), (f"{ns}-full", {"nominal": {"cpu": "1m"}}), (backlog_ns, {})]
     try:
-        apply_crd(
-            client, yaml.safe_load((REPO / "manifests/crd/queues.muster.dev.yaml").read_text())
-        )
+        apply_crd(client, queue_crd())
         for name in (ns, raw_ns, backlog_ns):
             client.create(kubeapi.NAMESPACES.path(), {"metadata": {"name": name}})
         for queue, spec in queues:
