@@ -12,7 +12,6 @@ wrong when it does not start) and, optionally, copied to a log file.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -23,7 +22,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,10 +187,3 @@ def _ready(base: str, synced: bool) -> bool:
     if not synced:
         return True
     return bool(isinstance(body, dict) and (body.get("synced") or body.get("ready")))
-
-
-def stop_all(runs: Sequence[MusterRun]) -> None:
-    """Stop each run (SIGTERM, then SIGKILL), also when one of them fails to stop."""
-    for run in runs:
-        with contextlib.suppress(OSError):
-            run.stop()
