@@ -6,9 +6,9 @@ Steps: (1) a control plane (started here, or --kubeconfig); (2) raw PATCH/s of t
 subprocess; (4) --jobs labelled one-pod Jobs created from --submitters threads into an unlimited
 queue; gangs/s = jobs / (last `muster.dev/admitted` time - first create); (5) optionally a
 --backlog of Jobs created while only the webhook runs, then the controller started: admission
-from its ready line to the last admission, bound by the controller and its PATCHes, not by Job
-creation; (6) optionally --rss-pending N Jobs left pending in a queue with no room, and the
-controller's RSS then. Prints a table and one JSON line.
+from when it is ready (/healthz synced) to the last admission, bound by the controller and its
+PATCHes, not by Job creation; (6) optionally --rss-pending N Jobs left pending in a queue with
+no room, and the controller's RSS then. Prints a table and one JSON line.
 
 On a 2-core machine the burst is bound by CPU shared by every component, so the bench also
 reports the CPU seconds each process used during the burst (from /proc: the control plane's
@@ -277,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
                 say(f"  {name:<24} {seconds:7.1f}")
         ok = len(times) >= args.jobs
         # 5. A backlog: Jobs created (suspended, stamped by the webhook alone) while no
-        #    controller runs; then the controller starts and admits them. From its ready line
+        #    controller runs; then the controller starts and admits them. From when it is ready
         #    to the last admission, admission is bound by the controller and PATCHes only.
         if args.backlog:
             proc.stop(timeout=60)
@@ -295,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
             btimes = bwatch.wait(args.backlog, 600)
             blast = max(btimes) if btimes else time.time()
             bcpu = (_cpu({"muster": controller.pid}).get("muster") or 0.0) - cpu_start
-            # The controller admits before (or as) it prints ready; count from its start.
+            # The controller admits before (or as) it is seen ready; count from its start.
             backlog_rate = len(btimes) / max(
                 blast - min(ready, btimes[0] if btimes else ready), 1e-9
             )
