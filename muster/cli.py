@@ -1,9 +1,11 @@
 """The `muster` command line (also installed as `kubectl-muster`).
 
-Each subcommand lives in the module that owns its work; this file only wires names to modules.
-A command module exposes `add_arguments(parser)` and `run(args) -> int` (or a `SUBCOMMANDS`
-dict of objects that do, for sibling commands). Only the module of the command being run is
-imported, so `muster --help` stays fast and one broken module cannot break every command.
+Each command has its own module, in muster/commands/ (or muster/bench/ for `muster bench ...`),
+which holds its arguments and output; the work is done in the packages below. This file only
+wires names to modules. A command module exposes `add_arguments(parser)` and
+`run(args) -> int` (or a `SUBCOMMANDS` dict of objects that do, for sibling commands). Only the
+module of the command being run is imported, so `muster --help` stays fast and one broken module
+cannot break every command.
 """
 
 from __future__ import annotations
