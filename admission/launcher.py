@@ -171,13 +171,13 @@ def launch(
                 f"muster run: the {names} did not become ready within {timeout:.0f}s:\n"
                 + run.tail()
             )
-        waiting = [p for p in waiting if not _ready(p[1], p[2])]
+        waiting = [p for p in waiting if not is_ready(p[1], p[2])]
         if waiting:
             time.sleep(0.1)
     return run
 
 
-def _ready(base: str, synced: bool) -> bool:
+def is_ready(base: str, synced: bool) -> bool:
     """`/healthz` answers; with `synced`, says the controller is synced or the webhook ready."""
     try:
         with urllib.request.urlopen(f"{base}/healthz", timeout=2) as response:
