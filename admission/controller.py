@@ -18,6 +18,7 @@ from typing import Any
 
 import kopf
 
+from admission import kubeapi
 from admission.cache import Cache, cache_key
 from admission.cachewatch import CacheWatch
 from admission.history import GangHistory
@@ -31,11 +32,11 @@ from policies.vocabulary import QUEUE
 
 log = logging.getLogger("muster.controller")
 
-JOBS = "/apis/batch/v1/jobs"
-PODS = "/api/v1/pods"
-NODES = "/api/v1/nodes"
-QUEUES = "/apis/muster.dev/v1alpha1/queues"
-NAMESPACES = "/api/v1/namespaces"
+JOBS = kubeapi.JOBS.path()
+PODS = kubeapi.PODS.path()
+NODES = kubeapi.NODES.path()
+QUEUES = kubeapi.QUEUES.path()
+NAMESPACES = kubeapi.NAMESPACES.path()
 
 
 @dataclass

@@ -43,12 +43,58 @@ __all__ = [
     "Credentials",
     "KubeClient",
     "KubeconfigError",
+    "Resource",
     "WatchStream",
 ]
 
 JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One kind of API object and where its REST paths are: callers ask it for a path (the
+    collection, one namespace's, one object's) instead of writing `/apis/...` by hand."""
+
+    group: str
+    """The API group; "" for the core group (served under /api)."""
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        """`apiVersion` of its objects: "v1", "batch/v1"."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        """The collection across namespaces (no arguments), one namespace's collection, or one
+        object (`name`; a namespaced object needs its namespace)."""
+        if namespace is not None and not self.namespaced:
+            raise ValueError(f"{self.plural} are cluster-scoped: no namespace {namespace!r}")
+        if name is not None and namespace is None and self.namespaced:
+            raise ValueError(f"{self.plural} are namespaced: {name!r} needs its namespace")
+        path = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if namespace is not None:
+            path += f"/namespaces/{namespace}"
+        path += f"/{self.plural}"
+        return path if name is None else f"{path}/{name}"
+
+
+NAMESPACES: Final = Resource("", "v1", "namespaces", namespaced=False)
+NODES: Final = Resource("", "v1", "nodes", namespaced=False)
+PODS: Final = Resource("", "v1", "pods")
+EVENTS: Final = Resource("", "v1", "events")
+SECRETS: Final = Resource("", "v1", "secrets")
+JOBS: Final = Resource("batch", "v1", "jobs")
+QUEUES: Final = Resource("muster.dev", "v1alpha1", "queues", namespaced=False)
+MINICLUSTERS: Final = Resource("flux-framework.org", "v1alpha2", "miniclusters")
+CRDS: Final = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+WEBHOOK_CONFIGURATIONS: Final = Resource(
+    "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", namespaced=False
+)
+KOPF_PEERINGS: Final = Resource("kopf.dev", "v1", "clusterkopfpeerings", namespaced=False)
 
 
 class ApiError(RuntimeError):

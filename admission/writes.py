@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
+from admission import kubeapi
 from admission.gangs import format_admitted, format_time
 from admission.kubeapi import STRATEGIC_MERGE_PATCH, ApiError, KubeClient
 from admission.pinning import (
@@ -48,13 +49,13 @@ T = TypeVar("T")
 
 JSON_PATCH: Final = "application/json-patch+json"
 RETRYABLE: Final = frozenset({409, 429, 500, 502, 503, 504})
-QUEUES: Final = "/apis/muster.dev/v1alpha1/queues"
+QUEUES: Final = kubeapi.QUEUES.path()
 
 Outcome = Literal["ok", "gone", "refused", "conflict"]
 
 
 def job_path(namespace: str, name: str) -> str:
-    return f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}"
+    return kubeapi.JOBS.path(namespace, name)
 
 
 def _annotation(key: str) -> str:
@@ -333,7 +334,7 @@ class Writer:
         }
         if hostname:
             spec["nodeSelector"] = {HOSTNAME: hostname}
-        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        path = kubeapi.PODS.path(namespace, name)
         pod = JobRef(namespace, name, "")
         return self._send(
             pod,
@@ -440,7 +441,7 @@ class Writer:
             "count": 1,
         }
         try:
-            self._events.put_nowait((f"/api/v1/namespaces/{job.namespace}/events", body))
+            self._events.put_nowait((kubeapi.EVENTS.path(job.namespace), body))
         except stdqueue.Full:
             self.on_event_dropped()
 

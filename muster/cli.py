@@ -1,9 +1,11 @@
 """The `muster` command line (also installed as `kubectl-muster`).
 
-Each subcommand lives in the module that owns its work; this file only wires names to modules.
-A command module exposes `add_arguments(parser)` and `run(args) -> int` (or a `SUBCOMMANDS`
-dict of objects that do, for sibling commands). Only the module of the command being run is
-imported, so `muster --help` stays fast and one broken module cannot break every command.
+Each command has its own module, in muster/commands/ (or muster/bench/ for `muster bench ...`),
+which holds its arguments and output; the work is done in the packages below. This file only
+wires names to modules. A command module exposes `add_arguments(parser)` and
+`run(args) -> int` (or a `SUBCOMMANDS` dict of objects that do, for sibling commands). Only the
+module of the command being run is imported, so `muster --help` stays fast and one broken module
+cannot break every command.
 """
 
 from __future__ import annotations
@@ -28,48 +30,48 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command(("sim",), "simulator.sim_command", "replay a trace in the in-process simulator"),
-    Command(("run",), "muster.run_command", "run muster's webhook and controller"),
+    Command(("sim",), "muster.commands.sim", "replay a trace in the in-process simulator"),
+    Command(("run",), "muster.commands.run", "run muster's webhook and controller"),
+    Command(("cluster", "build"), "muster.commands.cluster", "build control-plane binaries"),
+    Command(("cluster", "up"), "muster.commands.cluster", "start a local control plane"),
+    Command(("cluster", "down"), "muster.commands.cluster", "stop the local control plane"),
+    Command(("cluster", "env"), "muster.commands.cluster", "print KUBECONFIG exports"),
+    Command(("cluster", "status"), "muster.commands.cluster", "show components and logs"),
+    Command(("bench", "apiserver"), "muster.bench.apiserver", "raw Job PATCH throughput"),
     Command(
-        ("cluster", "build"), "simulator.controlplane.commands", "build control-plane binaries"
-    ),
-    Command(("cluster", "up"), "simulator.controlplane.commands", "start a local control plane"),
-    Command(("cluster", "down"), "simulator.controlplane.commands", "stop the local control plane"),
-    Command(("cluster", "env"), "simulator.controlplane.commands", "print KUBECONFIG exports"),
-    Command(("cluster", "status"), "simulator.controlplane.commands", "show components and logs"),
-    Command(("bench", "apiserver"), "simulator.bench_apiserver", "raw Job PATCH throughput"),
-    Command(
-        ("bench", "webhook"), "muster.bench_webhook", "Job-create latency with/without webhook"
+        ("bench", "webhook"), "muster.bench.webhook", "Job-create latency with/without webhook"
     ),
     Command(
-        ("bench", "admit"), "muster.bench_admit", "gangs admitted per second by the controller"
+        ("bench", "admit"), "muster.bench.admit", "gangs admitted per second by the controller"
     ),
     Command(
         ("bench", "status-estimate"),
-        "muster.bench_status_estimate",
+        "muster.bench.status_estimate",
         "status service latency of a wait-time estimate with a large backlog",
     ),
-    Command(("bench", "plan"), "simulator.bench_plan", "time policies.plan on a synthetic burst"),
-    Command(("bench", "sim"), "simulator.bench_sim", "time the in-process simulator on a burst"),
+    Command(("bench", "plan"), "muster.bench.plan", "time policies.plan on a synthetic burst"),
+    Command(("bench", "sim"), "muster.bench.sim", "time the in-process simulator on a burst"),
     Command(
         ("bench", "estimate"),
-        "simulator.bench_estimate",
+        "muster.bench.estimate",
         "wait-time estimates vs. actual starts, replaying a trace",
     ),
     Command(
         ("bench", "kwok"),
-        "simulator.kwok_bench",
+        "muster.bench.kwok",
         "kwok engine: agreement with in-process, pods/s end to end",
     ),
-    Command(("trace", "burst"), "simulator.trace_command", "generate a synthetic burst trace"),
-    Command(("sweep",), "simulator.sweep", "find the smallest cluster meeting a wait-time SLO"),
-    Command(("queues",), "muster.queues_command", "list queues: pending, admitted, usage, share"),
-    Command(("status",), "muster.status_command", "show where one gang stands"),
-    Command(("explain",), "muster.explain_command", "explain why a gang is pending"),
+    Command(("trace", "burst"), "muster.commands.trace", "generate a synthetic burst trace"),
     Command(
-        ("history",), "muster.history_command", "gangs that finished or failed (gangs.csv columns)"
+        ("sweep",), "muster.commands.sweep", "find the smallest cluster meeting a wait-time SLO"
     ),
-    Command(("certs",), "muster.certs_command", "write a self-signed webhook Secret and caBundle"),
+    Command(("queues",), "muster.commands.queues", "list queues: pending, admitted, usage, share"),
+    Command(("status",), "muster.commands.status", "show where one gang stands"),
+    Command(("explain",), "muster.commands.explain", "explain why a gang is pending"),
+    Command(
+        ("history",), "muster.commands.history", "gangs that finished or failed (gangs.csv columns)"
+    ),
+    Command(("certs",), "muster.commands.certs", "write a self-signed webhook Secret and caBundle"),
 )
 
 # The epilog of `muster --help` and of each group's `--help` (leaves set their own in

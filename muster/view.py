@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from admission import kubeapi
 from admission.cache import Cache
 from admission.credentials import Credentials, InClusterSource, source_for
 from admission.estimates import refresh_now
@@ -313,7 +314,7 @@ class ApiView:
     def _why_unmanaged(self, namespace: str, name: str) -> str:
         """One GET of the Job, only to say why muster does not hold it."""
         try:
-            job = self.client.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
+            job = self.client.get(kubeapi.JOBS.path(namespace, name))
         except ApiError as exc:
             if exc.status == 404:
                 return f"no Job {name} in namespace {namespace}"

@@ -32,7 +32,6 @@ import os
 import queue
 import secrets
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -40,13 +39,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
+from admission import kubeapi
+from admission.crd import queue_crd
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
+from admission.launcher import LaunchError, MusterRun, launch
 from policies.history import to_csv
 from simulator.controlplane.build import Binaries
 from simulator.controlplane.cluster import ClusterError, LocalCluster, wait_nodes_ready
@@ -70,12 +70,9 @@ from simulator.kwok_objects import (
 from simulator.kwok_timeline import Timeline
 from simulator.kwok_watch import WatchCache
 from simulator.trace import SubmittedGang, Trace, expand
+from webhook.configuration import NAME as WEBHOOK_CONFIGURATION
 
-REPO: Final = Path(__file__).resolve().parents[1]
-QUEUE_CRD: Final = REPO / "manifests" / "crd" / "queues.muster.dev.yaml"
-WEBHOOK_CONFIG: Final = (
-    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/muster.dev"
-)
+WEBHOOK_CONFIG: Final = kubeapi.WEBHOOK_CONFIGURATIONS.path(name=WEBHOOK_CONFIGURATION)
 MAX_NODES: Final = 5000
 """kwok nodes one local control plane takes on a small machine (heartbeats of 5000 fake nodes
 already keep a core busy); a larger trace is refused rather than replayed badly."""
@@ -138,15 +135,6 @@ class Progress:
 
 
 ProgressFn = Callable[[Progress], None]
-
-
-@dataclass
-class _Muster:
-    proc: subprocess.Popen[str]
-    log_path: Path
-    status_url: str | None = None
-    metrics_url: str | None = None
-    lines: list[str] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- checks
@@ -221,7 +209,7 @@ class KwokSession:
         self.node_prefix = ""
         self.nodes_created = False
         self.queues_created: list[str] = []
-        self.muster: _Muster | None = None
+        self.muster: MusterRun | None = None
         self.figures: dict[str, dict[str, Any]] = {}
         """Per admission: figures of the replay itself (looks, submission lag, wall time)."""
         self._cleanups: list[tuple[str, Callable[[], None]]] = []
@@ -303,11 +291,7 @@ class KwokSession:
 
     def _prepare(self) -> None:
         client = self._api()
-        try:
-            queue_crd = yaml.safe_load(QUEUE_CRD.read_text())
-        except OSError as exc:
-            raise KwokError(f"cannot read the Queue CRD {QUEUE_CRD}: {exc.strerror}") from None
-        apply_crd(client, queue_crd)
+        apply_crd(client, queue_crd())
         try:
             crd = minicluster_crd()
         except (OSError, ValueError) as exc:
@@ -327,7 +311,7 @@ class KwokSession:
 
         def create(body: dict[str, Any]) -> None:
             try:
-                client.create("/api/v1/nodes", body)
+                client.create(kubeapi.NODES.path(), body)
             except ApiError as exc:
                 errors.append(f"node {body['metadata']['name']}: {exc.message}")
 
@@ -347,7 +331,9 @@ class KwokSession:
         if self.cluster is not None and not self.settings.keep_cluster:
             return  # the whole control plane goes
         client = self._api()
-        client.request("DELETE", "/api/v1/nodes", params={"labelSelector": f"{SIM_RUN}={self.run}"})
+        client.request(
+            "DELETE", kubeapi.NODES.path(), params={"labelSelector": f"{SIM_RUN}={self.run}"}
+        )
 
     # -- queues ---------------------------------------------------------------------
 
@@ -401,88 +387,40 @@ class KwokSession:
         out = self.settings.out_dir or Path(".")
         out.mkdir(parents=True, exist_ok=True)
         log_path = out / "muster-run.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "muster.cli",
-            "run",
-            "--local",
-            "--kubeconfig",
-            str(self.kubeconfig),
-            "--status-port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--no-admit-events",
-            "--policy",
-            self.settings.policy,
-            *self.settings.muster_args,
-        ]
+        log_path.write_text("", encoding="utf-8")
         self.log("kwok engine: starting muster (webhook + controller)")
-        proc = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            # Its own session: Ctrl-C reaches only us, and we stop it in order.
-            start_new_session=True,
-        )
-        muster = _Muster(proc, log_path)
-        self.muster = muster
         self._cleanups.append(("stop muster", self._stop_muster))
-        ready = {"webhook": threading.Event(), "controller": threading.Event()}
-
-        def pump() -> None:
-            assert proc.stdout is not None
-            with log_path.open("w", encoding="utf-8") as handle:
-                for line in proc.stdout:
-                    handle.write(line)
-                    handle.flush()
-                    muster.lines.append(line)
-                    del muster.lines[:-200]
-                    if "webhook ready" in line:
-                        ready["webhook"].set()
-                    if "controller ready" in line:
-                        fields = dict(p.split("=", 1) for p in line.split() if "=" in p)
-                        muster.status_url = f"http://{fields.get('status')}"
-                        muster.metrics_url = f"http://{fields.get('metrics')}"
-                        ready["controller"].set()
-
-        threading.Thread(target=pump, name="muster-log", daemon=True).start()
-        deadline = time.monotonic() + 120
-        while not all(e.is_set() for e in ready.values()):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = "".join(muster.lines[-15:])
-                raise KwokError(
-                    "muster run --local did not become ready "
-                    f"({'exited ' + str(proc.returncode) if proc.poll() is not None else 'timeout'}"
-                    f"); its log {log_path}:\n{tail}"
-                )
-            time.sleep(0.1)
+        try:
+            # Its own session: Ctrl-C reaches only us, and we stop it in order.
+            self.muster = launch(
+                self.kubeconfig,
+                "--no-admit-events",
+                "--policy",
+                self.settings.policy,
+                *self.settings.muster_args,
+                timeout=120,
+                log_path=log_path,
+                keep_lines=200,
+                new_session=True,
+            )
+        except LaunchError as exc:
+            raise KwokError(f"{exc}\n(its log: {log_path})") from exc
 
     def _stop_muster(self) -> None:
         muster = self.muster
         if muster is None:
             return
-        proc = muster.proc
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                # Killed before its cleanup: its webhook configuration would refuse every
-                # labelled create on this cluster from now on.
-                with contextlib.suppress(ApiError, OSError):
-                    self._api().delete(WEBHOOK_CONFIG)
+        if muster.stop(timeout=30):
+            # Killed before its cleanup: its webhook configuration would refuse every
+            # labelled create on this cluster from now on.
+            with contextlib.suppress(ApiError, OSError):
+                self._api().delete(WEBHOOK_CONFIG)
         self.muster = None
 
     def muster_alive(self) -> None:
         muster = self.muster
         if muster is not None and muster.proc.poll() is not None:
-            tail = "".join(muster.lines[-15:])
+            tail = muster.tail(15)
             raise KwokError(
                 f"muster run --local exited ({muster.proc.returncode}) during the replay; its log "
                 f"{muster.log_path}:\n{tail}"
@@ -676,13 +614,13 @@ class _Replay:
         credentials = self.client.credentials
         self.pods = WatchCache(
             KubeClient(credentials),
-            "/api/v1/pods",
+            kubeapi.PODS.path(),
             {"labelSelector": mine, "fieldSelector": LIVE_PODS},
             name="watch-pods",
         )
         self.jobs = WatchCache(
             KubeClient(credentials),
-            "/apis/batch/v1/jobs",
+            kubeapi.JOBS.path(),
             {"labelSelector": mine},
             name="watch-jobs",
         )
@@ -693,7 +631,7 @@ class _Replay:
         client = self.client
         timeline = self.timeline
         for namespace in self.namespaces.values():
-            client.create("/api/v1/namespaces", namespace_body(namespace, self.run_id))
+            client.create(kubeapi.NAMESPACES.path(), namespace_body(namespace, self.run_id))
         selector = f"{SIM_RUN}={self.run_id}"
         runner_client = KubeClient(client.credentials)
         runner = GangRunner(
@@ -915,11 +853,11 @@ class _Replay:
         client = self.client
         for namespace in self.namespaces.values():
             with contextlib.suppress(ApiError):
-                client.delete(f"/api/v1/namespaces/{namespace}")
+                client.delete(kubeapi.NAMESPACES.path(name=namespace))
         deadline = time.monotonic() + 180
         selector = {"labelSelector": f"{SIM_RUN}={self.run_id}"}
         while time.monotonic() < deadline:
-            if not client.get("/api/v1/pods", {**selector, "limit": "1"})["items"]:
+            if not client.get(kubeapi.PODS.path(), {**selector, "limit": "1"})["items"]:
                 return
             time.sleep(0.5)
         self.session.log(f"warning: pods of {self.run_id} still present after 180 s")

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from admission import kubeapi
 from policies import Preemption, Resources, Toleration
 from policies.vocabulary import ELASTIC_AFTER, GANG, GANG_RUNTIME, MIN_MEMBERS, PRIORITY, QUEUE
 from simulator.controlplane.cluster import FAKE_NODE_TAINT, kwok_node
@@ -41,8 +42,8 @@ STANDARD_RESOURCES: Final = frozenset({"cpu", "memory", "ephemeral-storage"})
 DEFAULT_PODS: Final = "110"
 """Pods a node takes when the trace does not say (the kubelet's default)."""
 
-QUEUES_PATH: Final = "/apis/muster.dev/v1alpha1/queues"
-MINICLUSTER_API: Final = "flux-framework.org/v1alpha2"
+QUEUES_PATH: Final = kubeapi.QUEUES.path()
+MINICLUSTER_API: Final = kubeapi.MINICLUSTERS.api_version
 
 Admission = Literal["muster", "none"]
 
@@ -307,7 +308,7 @@ def gang_object(
             "spec": spec,
         }
         return GangObject(
-            path=f"/apis/{MINICLUSTER_API}/namespaces/{namespace}/miniclusters",
+            path=kubeapi.MINICLUSTERS.path(namespace),
             body=body,
             namespace=namespace,
             job_name=name,
@@ -344,7 +345,7 @@ def gang_object(
         },
     }
     return GangObject(
-        path=f"/apis/batch/v1/namespaces/{namespace}/jobs",
+        path=kubeapi.JOBS.path(namespace),
         body=body,
         namespace=namespace,
         job_name=name,

@@ -1,30 +1,17 @@
-"""`muster sweep`: capacity planning. Replays one trace on clusters of several sizes (in parallel
-processes) and reports the smallest cluster that meets a service-level objective.
+"""Capacity planning: replays one trace on clusters of several sizes (in parallel processes) and
+finds the smallest cluster that meets a service-level objective. The command line is
+muster/commands/sweep.py.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import operator
-import os
 import re
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-EPILOG = """\
-examples:
-  muster sweep --nodes 50:400:25 --slo 'p95_wait<=10m'
-  muster sweep --trace two-queues --nodes 24,32,48,64 --slo 'p95_wait<=15m' --slo 'stuck==0'
-
-SLO metrics: p50_wait, p95_wait, max_wait, mean_wait, makespan (durations: 90s, 10m, 1h) and
-utilization, fairness_error, stuck, failed, evictions (numbers). Operators: <= < >= > ==.
-A size meets the SLO when every --slo holds and no gang is stuck or failed.
-"""
 
 METRICS: dict[str, tuple[str, bool]] = {
     # name -> (summary key, value is a duration)
@@ -151,53 +138,30 @@ def _run_one(job: tuple[str | None, str | None, int, str, int, str]) -> dict[str
     return summary
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = EPILOG
-    parser.add_argument("--trace", help="trace file or shipped trace name (default blog-burst)")
-    parser.add_argument("--jobs-csv", help="replace the trace's jobs with a CSV job list")
-    parser.add_argument(
-        "--nodes", required=True, help="cluster sizes: START:STOP:STEP (stop included) or a list"
-    )
-    parser.add_argument(
-        "--slo", action="append", required=True, help="objective, e.g. 'p95_wait<=10m' (repeat)"
-    )
-    parser.add_argument("--admission", choices=("muster", "none"), default="muster")
-    parser.add_argument("--policy", default="drf")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--parallel", type=int, default=0, help="worker processes (default: CPU count)"
-    )
-    parser.add_argument("--out", type=Path, help="output folder (default out/sweep-<trace name>)")
-    parser.add_argument("--quiet", action="store_true", help="no table")
-    from muster.view import add_output_argument
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """One summary row per size (with `meets_slo`) and where the SLO starts to hold."""
 
-    add_output_argument(parser)
+    rows: list[dict[str, Any]]
+    boundary: int | None
+    non_monotone: bool
 
 
-def run(args: argparse.Namespace) -> int:
+def sweep(
+    jobs: Sequence[tuple[str | None, str | None, int, str, int, str]],
+    objectives: Sequence[Objective],
+    workers: int,
+) -> SweepResult:
+    """Run one job per size (see `_run_one`) and judge each against every objective."""
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    from simulator.trace import TraceError, load, load_jobs_csv, with_jobs
-
-    try:
-        objectives = [parse_objective(text) for text in args.slo]
-        sizes = parse_sizes(args.nodes)
-        trace = load(args.trace)
-        if args.jobs_csv:
-            trace = with_jobs(trace, load_jobs_csv(args.jobs_csv), args.jobs_csv)
-        scale_counts([g.count for g in trace.node_groups], sizes[0])
-    except (ValueError, TraceError) as exc:
-        print(f"muster sweep: {exc}", file=sys.stderr)
-        return 2
-    jobs = [(args.trace, args.jobs_csv, n, args.admission, args.seed, args.policy) for n in sizes]
-    workers = args.parallel or os.cpu_count() or 1
-    if workers == 1 or len(sizes) == 1:
+    if workers == 1 or len(jobs) == 1:
         summaries = [_run_one(job) for job in jobs]
     else:
         # spawn, not fork: a fresh interpreter per worker, safe whatever threads the parent has.
         with ProcessPoolExecutor(
-            max_workers=min(workers, len(sizes)), mp_context=get_context("spawn")
+            max_workers=min(workers, len(jobs)), mp_context=get_context("spawn")
         ) as pool:
             summaries = list(pool.map(_run_one, jobs))
     rows = []
@@ -209,40 +173,10 @@ def run(args: argparse.Namespace) -> int:
     non_monotone = boundary is not None and any(
         not row["meets_slo"] for row in rows if row["nodes"] > boundary
     )
-    out_dir: Path = args.out or Path("out") / f"sweep-{trace.name}"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    document = {
-        "trace": trace.name,
-        "admission": args.admission,
-        "slo": [o.text for o in objectives],
-        "smallest_nodes_meeting_slo": boundary,
-        "non_monotone": non_monotone,
-        "sizes": rows,
-    }
-    (out_dir / "sweep.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    _write_csv(rows, out_dir / "sweep.csv")
-    plot = _plot(rows, objectives, boundary, trace.name, out_dir / "sweep.png")
-    if args.output != "table":
-        from muster.view import dump
-
-        # For scripts: the sweep.json document alone on stdout (files are written all the same).
-        print(dump({**document, "plot": str(plot)}, args.output))
-        return 0
-    if not args.quiet:
-        _print_table(rows, objectives, trace.name)
-    if boundary is None:
-        print(f"no size in {sizes[0]}..{sizes[-1]} meets {' and '.join(args.slo)}")
-    else:
-        print(f"smallest cluster meeting {' and '.join(args.slo)}: {boundary} nodes")
-        if non_monotone:
-            print(
-                "note: a larger size misses the SLO again (see the table); results are not monotone"
-            )
-    print(f"plot: {plot}")
-    return 0
+    return SweepResult(rows, boundary, non_monotone)
 
 
-_COLUMNS = (
+COLUMNS = (
     ("nodes", "nodes"),
     ("wait_p50_s", "p50 wait"),
     ("wait_p95_s", "p95 wait"),
@@ -255,34 +189,17 @@ _COLUMNS = (
 )
 
 
-def _write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
     import csv
 
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow([key for key, _ in _COLUMNS])
+        writer.writerow([key for key, _ in COLUMNS])
         for row in rows:
-            writer.writerow(["" if row[key] is None else row[key] for key, _ in _COLUMNS])
+            writer.writerow(["" if row[key] is None else row[key] for key, _ in COLUMNS])
 
 
-def _print_table(rows: list[dict[str, Any]], objectives: list[Objective], name: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from simulator.report import format_value
-
-    slo = " and ".join(o.text for o in objectives)
-    table = Table(title=f"muster sweep: {name}, SLO {slo} (times in s)")
-    for _, label in _COLUMNS:
-        table.add_column(label, justify="right")
-    for row in rows:
-        cells = [format_value(key, row[key]) for key, _ in _COLUMNS[:-1]]
-        cells.append("yes" if row["meets_slo"] else "no")
-        table.add_row(*cells)
-    Console().print(table)
-
-
-def _plot(
+def plot(
     rows: list[dict[str, Any]],
     objectives: list[Objective],
     boundary: int | None,

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import itertools
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from admission.kubeapi import KubeClient
+from admission.launcher import LaunchError, MusterRun, launch
 
 TEST_CLUSTER = "muster-test"
 _NAMESPACE_COUNTER = itertools.count()
@@ -95,61 +93,68 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.fixture(scope="session")
 def crds(kube: KubeClient) -> None:
-    """The Queue CRD from manifests/ and the MiniCluster CRD (`minicluster_crd()`: the Flux
-    Operator's where ../shared/ has it, else the stand-in), Established."""
-    import yaml
-
+    """The Queue CRD (as the package ships it: manifests/crd/'s) and the MiniCluster CRD
+    (`minicluster_crd()`: the Flux Operator's where ../shared/ has it, else the stand-in),
+    Established."""
+    from admission.crd import queue_crd
     from simulator.controlplane.minicluster import apply_crd, install_crd, minicluster_crd
 
-    apply_crd(kube, yaml.safe_load((REPO / "manifests/crd/queues.muster.dev.yaml").read_text()))
+    apply_crd(kube, queue_crd())
     _MINICLUSTER_CRD_INSTALLED.append(install_crd(kube, minicluster_crd()))
 
 
 @dataclass
 class MusterProcess:
-    """A running `muster run --local` (webhook + controller) and where its services listen."""
+    """A running `muster run --local` (webhook + controller) and where its services listen:
+    an `admission.launcher.MusterRun` that a test can restart in place."""
 
-    proc: subprocess.Popen[str]
-    status_url: str
-    metrics_url: str
-    output: list[str] = field(default_factory=list)
+    run: MusterRun
     kubeconfig: Path | None = None
-    webhook_metrics_url: str | None = None
-    """The webhook process's own /metrics (queue depth, refusals), when it serves one."""
+    flags: tuple[str, ...] = ()
+    env: Mapping[str, str] | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen[str]:
+        return self.run.proc
+
+    @property
+    def status_url(self) -> str:
+        assert self.run.status_url is not None, "started without a status service"
+        return self.run.status_url
+
+    @property
+    def metrics_url(self) -> str:
+        assert self.run.metrics_url is not None, "started without a controller"
+        return self.run.metrics_url
+
+    @property
+    def webhook_metrics_url(self) -> str | None:
+        """The webhook process's own /metrics (queue depth, refusals), when it serves one."""
+        return self.run.webhook_metrics_url
+
+    @property
+    def output(self) -> list[str]:
+        return self.run.output
 
     def text(self) -> str:
         """Everything the process printed so far."""
-        return "".join(self.output)
+        return self.run.text()
 
     def restart(self, sig: int = signal.SIGKILL) -> None:
         """Stop the process with `sig` (kill -9 by default) and start a fresh one in place."""
-        assert self.kubeconfig is not None
         self.stop(sig)
-        fresh = start_muster(self.kubeconfig)
-        self.proc, self.status_url, self.metrics_url, self.webhook_metrics_url = (
-            fresh.proc,
-            fresh.status_url,
-            fresh.metrics_url,
-            fresh.webhook_metrics_url,
-        )
-        self.output = fresh.output
+        self.run = start_muster(self.kubeconfig, *self.flags, env=self.env).run
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        self.run.stop(sig)
 
 
 MUSTER_TEST_FLAGS = [
-    *("--status-port", "0", "--metrics-port", "0", "--deadlock-grace", "3"),
+    "--deadlock-grace",
+    "3",
     # Long enough for tests that close a queue (quota 1m) for a while, then open it.
-    *("--fail-rejected-after", "60"),
+    "--fail-rejected-after",
+    "60",
 ]
 
 
@@ -159,74 +164,24 @@ def start_muster(
     timeout: float = 90,
     env: Mapping[str, str] | None = None,
 ) -> MusterProcess:
-    """Start `muster run --local` and wait until the webhook and the controller are ready.
+    """Start `muster run --local` and wait until the webhook and the controller are ready (a
+    `--peering` replica: until it serves, active or standby). With MUSTER_TEST_LOG set, its log
+    is appended there too.
 
     Without `kubeconfig`, muster finds one as kubectl does ($KUBECONFIG in `env`)."""
-    where = ["--kubeconfig", str(kubeconfig)] if kubeconfig is not None else []
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "muster.cli", "run", "--local", *where]
-        + [*MUSTER_TEST_FLAGS, *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **env} if env is not None else None,
-    )
-    lines: queue.Queue[str | None] = queue.Queue()
-    output: list[str] = []
-
-    def pump() -> None:
-        # Reads every line (so the pipe never fills); keeps the last ones for failure messages.
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    deadline = time.monotonic() + timeout
-    webhook = controller = None
-    while not (webhook and controller) and time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=1)
-        except queue.Empty:
-            continue
-        if line is None:
-            break
-        output.append(line)
-        if "webhook ready" in line:
-            webhook = line
-        if "controller ready" in line or "controller standby" in line:
-            # A --peering replica that is not active says standby instead of ready.
-            controller = line
-    if not (webhook and controller):
-        proc.kill()
-        proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-        pytest.fail("muster run --local did not become ready:\n" + "".join(output[-40:]))
-    fields = dict(part.split("=", 1) for part in controller.split()[3:])
-
-    log_path = os.environ.get("MUSTER_TEST_LOG")
-
-    def drain() -> None:
-        # Keep reading; with MUSTER_TEST_LOG set, keep the controller's log there for debugging.
-        # Every line also stays in `output`, so a test can read what the process logged.
-        with open(log_path or os.devnull, "a") as log:
-            log.writelines(output)
-            while (line := lines.get()) is not None:
-                output.append(line)
-                log.write(line)
-                log.flush()
-
-    threading.Thread(target=drain, daemon=True).start()
-    webhook_fields = dict(part.split("=", 1) for part in webhook.split() if "=" in part)
-    return MusterProcess(
-        proc,
-        f"http://{fields['status']}",
-        f"http://{fields['metrics']}",
-        output,
-        kubeconfig,
-        webhook_fields.get("metrics"),
-    )
+    log = os.environ.get("MUSTER_TEST_LOG")
+    try:
+        run = launch(
+            kubeconfig,
+            *MUSTER_TEST_FLAGS,
+            *extra,
+            env=env,
+            timeout=timeout,
+            log_path=Path(log) if log else None,
+        )
+    except LaunchError as exc:
+        pytest.fail(f"muster run --local did not become ready: {exc}")
+    return MusterProcess(run, kubeconfig, extra, env)
 
 
 @pytest.fixture(scope="session")

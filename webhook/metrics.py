@@ -56,13 +56,19 @@ def registry_for(state: WebhookState) -> CollectorRegistry:
 
 
 class MetricsServer:
-    """Plain-HTTP `/metrics` of one webhook process (port 0: a free one; `port` says which)."""
+    """Plain-HTTP `/metrics` of one webhook process (port 0: a free one; `port` says which),
+    and its readiness probe `/healthz`: `{"ready": true}` once the webhook serves reviews (and,
+    with `muster run --local`, once its configuration is registered)."""
 
     def __init__(self, state: WebhookState, addr: str, port: int) -> None:
         self.registry = registry_for(state)
         self.addr = addr
         self.port = port
+        self.ready = False
         self._runner: web.AppRunner | None = None
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.json_response({"ready": self.ready})
 
     async def _metrics(self, _: web.Request) -> web.Response:
         return web.Response(
@@ -71,7 +77,7 @@ class MetricsServer:
 
     async def start(self) -> None:
         app = web.Application()
-        app.add_routes([web.get("/metrics", self._metrics)])
+        app.add_routes([web.get("/metrics", self._metrics), web.get("/healthz", self._healthz)])
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         # Bound here, not by aiohttp, so port 0 tells which free port it got.

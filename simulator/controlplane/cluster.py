@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from admission import kubeapi
 from admission.kubeapi import ApiError, KubeClient
 from simulator.controlplane import versions
 from simulator.controlplane.build import Binaries, cache_root, ensure_built
@@ -533,7 +534,7 @@ class LocalCluster:
         selector = f"{NODE_GROUP_LABEL}={group}"
         existing = {
             n["metadata"]["name"]
-            for n in client.get("/api/v1/nodes", {"labelSelector": selector})["items"]
+            for n in client.get(kubeapi.NODES.path(), {"labelSelector": selector})["items"]
         }
         wanted = [f"kwok-{group}-{i}" for i in range(count)]
         missing = [name for name in wanted if name not in existing]
@@ -579,7 +580,7 @@ def kwok_node(
 def _create_node(client: KubeClient, name: str, shape: NodeShape, group: str) -> None:
     body = kwok_node(name, shape.allocatable(), {NODE_GROUP_LABEL: group, **shape.labels})
     try:
-        client.create("/api/v1/nodes", body)
+        client.create(kubeapi.NODES.path(), body)
     except ApiError as exc:
         if exc.status != 409:
             raise
@@ -599,7 +600,7 @@ def wait_nodes_ready(client: KubeClient, count: int, selector: str, timeout: flo
     deadline = time.monotonic() + timeout
     ready = 0
     while time.monotonic() < deadline:
-        items = client.get("/api/v1/nodes", {"labelSelector": selector})["items"]
+        items = client.get(kubeapi.NODES.path(), {"labelSelector": selector})["items"]
         ready = count_ready(items)
         if ready >= count:
             return ready

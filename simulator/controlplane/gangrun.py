@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+from admission import kubeapi
 from admission.kubeapi import ApiError, KubeClient
 from policies.durations import DurationError, parse_duration
 from policies.kinds import FieldError, job_gang_size, read_gang_fields
@@ -56,7 +57,7 @@ class GangRunner:
         job_lookup: JobLookup | None = None,
     ):
         self.client = client
-        self.path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+        self.path = kubeapi.PODS.path(namespace or None)
         self.interval = interval
         # Extra label selector terms (the kwok engine keeps to its own run's pods) and, with
         # live_only, no finished pods in the LIST: they hold nothing and only make it longer.
@@ -187,7 +188,7 @@ class GangRunner:
             if COMPLETE_AT in (meta.get("annotations") or {}) or uid in self._stamped:
                 # Stamped already (a watch cache may not show our own patch yet).
                 continue
-            path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+            path = kubeapi.PODS.path(meta["namespace"], meta["name"])
             self._patches.append((uid, path, stamp))
 
     def _runtime(self, key: tuple[str, str], pod: dict[str, Any]) -> float | None:
@@ -212,7 +213,7 @@ class GangRunner:
                 body = dict(found)
             else:
                 try:
-                    body = self.client.get(f"/apis/batch/v1/namespaces/{ref[0]}/jobs/{job}")
+                    body = self.client.get(kubeapi.JOBS.path(ref[0], job))
                 except ApiError as exc:
                     if exc.status != 404:
                         self.errors.append(exc.message)

@@ -32,11 +32,12 @@ from typing import Any, Final
 
 import yaml
 
+from admission import kubeapi
 from admission.kubeapi import ApiError, KubeClient
 
 CRD_NAME: Final = "miniclusters.flux-framework.org"
-MINICLUSTERS: Final = "/apis/flux-framework.org/v1alpha2/miniclusters"
-CRDS: Final = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+MINICLUSTERS: Final = kubeapi.MINICLUSTERS.path()
+CRDS: Final = kubeapi.CRDS.path()
 CRD_ENV: Final = "MUSTER_MINICLUSTER_CRD"
 """Environment override of the MiniCluster CRD: a CRD file, or `stand-in`."""
 STAND_IN_ANNOTATION: Final = "muster.dev/stand-in"
@@ -308,11 +309,7 @@ class MiniClusterReconciler:
         self, client: KubeClient, namespace: str | None = None, interval: float = 0.2
     ) -> None:
         self.client = client
-        self.path = (
-            f"/apis/flux-framework.org/v1alpha2/namespaces/{namespace}/miniclusters"
-            if namespace
-            else MINICLUSTERS
-        )
+        self.path = kubeapi.MINICLUSTERS.path(namespace) if namespace else MINICLUSTERS
         self.interval = interval
         self.created: set[tuple[str, str]] = set()
         self.errors: list[str] = []
@@ -345,7 +342,7 @@ class MiniClusterReconciler:
             # Like the operator: nothing new for an object that is going away.
             return True
         try:
-            self.client.create(f"/apis/batch/v1/namespaces/{key[0]}/jobs", job_for(mc))
+            self.client.create(kubeapi.JOBS.path(key[0]), job_for(mc))
         except ApiError as exc:
             if exc.status == 403 and "being terminated" in exc.message:
                 # The namespace is going away with the MiniCluster in it: nothing to make.

@@ -358,7 +358,7 @@ def test_documented_bench_webhook_prints_latency_with_and_without(
 ) -> None:
     """The bench runs its own `muster run --local`, which takes the webhook configuration over
     and removes it at the end: the session's configuration is put back afterwards."""
-    from muster.run_command import CONFIG_PATH, register_configuration
+    from muster.commands.run import CONFIG_PATH, register_configuration
     from webhook.configuration import NAME
 
     saved = kube.get(f"{CONFIG_PATH}/{NAME}")

@@ -2,7 +2,7 @@
 as its own ServiceAccount.
 
 `NEEDS` is the one list of API calls muster makes (found by reading admission/, webhook/,
-muster/run_command.py and kopf's engines: watches, peering, event posting, CRD observation).
+muster/commands/run.py and kopf's engines: watches, peering, event posting, CRD observation).
 The ClusterRole in manifests/base/rbac.yaml and the RBAC table in docs/install.md must both say
 exactly this, `kubectl auth can-i` as the ServiceAccount must answer yes to each entry and no to
 each of `NOT_NEEDED`, and `muster run` with a token of the ServiceAccount must admit a Job with
@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from admission.kubeapi import ApiError, KubeClient
-from muster.certs_command import SECRET_NAME, service_hosts
+from muster.commands.certs import SECRET_NAME, service_hosts
 from policies.vocabulary import ADMITTED, QUEUE, SUBMITTED
 from simulator.controlplane.build import Binaries
 from tests.conftest import REPO, MusterProcess
@@ -73,7 +73,7 @@ NEEDS: tuple[Need, ...] = (
         "batch",
         "jobs",
         "list watch",
-        "admission/controller.py watch_job, list_everything; run_command.load_state, job_watch",
+        "admission/controller.py watch_job, list_everything; commands.run load_state, job_watch",
     ),
     *_needs("batch", "jobs", "get", "admission/writes.py Writer.get_job"),
     *_needs("batch", "jobs", "patch", "admission/writes.py Writer.admit/evict/suspend/mark_failed"),
@@ -81,13 +81,13 @@ NEEDS: tuple[Need, ...] = (
     *_needs("", "pods", "list watch", "admission/controller.py watch_pod, list_everything"),
     *_needs("", "pods", "patch", "admission/writes.py Writer.place_pod"),
     *_needs("", "nodes", "list watch", "admission/controller.py watch_node, list_everything"),
-    *_needs("", "namespaces", "list watch", "run_command.load_state, webhook watch_namespace"),
+    *_needs("", "namespaces", "list watch", "commands.run load_state, webhook watch_namespace"),
     *_needs("", "events", "create", "admission/writes.py Writer.event; kopf settings.posting"),
     *_needs("muster.dev", "queues", "list watch", "controller watch_queue, webhook watch_queue"),
     *_needs("muster.dev", "queues/status", "patch", "admission/writes.py patch_queue_status"),
     *_needs("flux-framework.org", "miniclusters", "list watch", "webhook watch_minicluster"),
     *_needs("kopf.dev", "clusterkopfpeerings", "list watch", "kopf peering; controller lead()"),
-    *_needs("kopf.dev", "clusterkopfpeerings", "create", "run_command.ensure_peering"),
+    *_needs("kopf.dev", "clusterkopfpeerings", "create", "commands.run ensure_peering"),
     *_needs("kopf.dev", "clusterkopfpeerings", "patch", "kopf keepalive, finalizer", "muster"),
     *_needs("apiextensions.k8s.io", "customresourcedefinitions", "list watch", "kopf observer"),
 )

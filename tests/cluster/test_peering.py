@@ -79,7 +79,11 @@ def test_only_the_active_replica_admits_and_a_standby_takes_over(
             what="the replica of priority 200 becomes active",
         )
         low = start_muster(kubeconfig, *flags, "--priority", "100")
-        assert "controller standby" in low.text()
+        wait_for(
+            lambda: "controller standby" in low.text(),
+            timeout=10,
+            what="the replica of priority 100 stands by",
+        )
         # The standby's view is paused: its status service says so instead of answering stale.
         with pytest.raises(urllib.error.HTTPError) as standby:
             http_json(f"{low.status_url}/v1/queues")

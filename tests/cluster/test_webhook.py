@@ -8,7 +8,6 @@ takes the MutatingWebhookConfiguration over for its tests and gives it back afte
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +17,8 @@ from typing import Any
 import pytest
 
 from admission.kubeapi import ApiError, KubeClient
-from muster.run_command import register_configuration, stop_child
+from admission.launcher import launch
+from muster.commands.run import register_configuration
 from policies.submitted import parse_stamp
 from simulator.controlplane.build import Binaries
 from simulator.controlplane.minicluster import (
@@ -48,29 +48,9 @@ def webhook_server(
         yield "lean"
         return
     saved = kube.get(f"{CONFIGURATIONS}/{WEBHOOK_CONFIGURATION}")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "muster.cli", "run", "--local", "--no-controller"]
-        + ["--webhook-server", "kopf", "--kubeconfig", str(kubeconfig)]
-        + ["--status-port", "-1", "--metrics-port", "-1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output: list[str] = []
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        output.extend(proc.stdout)
-
-    pumping = threading.Thread(target=pump, daemon=True)
-    pumping.start()
+    # The webhook alone; it is ready once it has taken the configuration over.
+    proc = launch(kubeconfig, "--no-controller", "--webhook-server", "kopf")
     try:
-        wait_for(
-            lambda: any("webhook ready" in line for line in output) or proc.poll() is not None,
-            timeout=90,
-            what="muster run --webhook-server kopf to serve",
-        )
-        assert proc.poll() is None, "".join(output[-40:])
         served = kube.get(f"{CONFIGURATIONS}/{WEBHOOK_CONFIGURATION}")
         assert _url(served) != _url(saved), "the kopf server did not take the configuration"
         # Namespace, Queue and MiniCluster watches of the new process see the cluster.
@@ -78,7 +58,7 @@ def webhook_server(
         yield "kopf"
     finally:
         try:
-            stop_child(proc, reader=pumping)
+            proc.stop()
         finally:
             # Give the session's muster its configuration back (the kopf process removed its
             # own), even if that process had to be killed.

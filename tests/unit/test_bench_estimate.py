@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from muster import bench_status_estimate
-from simulator import bench_estimate
+from muster.bench import estimate as bench_estimate
+from muster.bench import status_estimate as bench_status_estimate
 
 TRACE = str(Path(__file__).resolve().parents[2] / "simulator/traces/two-queues.yaml")
 

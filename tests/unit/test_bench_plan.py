@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from muster.bench import plan as bench_plan
 from policies import plan
-from simulator import bench_plan
 
 
 def test_bench_plan_json_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from muster.certs_command import (
+from muster.commands.certs import (
     CERT_MANAGER_SECRET,
     CertsError,
     ServingMaterial,

@@ -9,7 +9,7 @@ import pytest
 
 from admission.status import gang_status, queue_listing, queue_status
 from muster import cli
-from muster.explain_command import changes_for, explain, render
+from muster.commands.explain import changes_for, explain, render
 from muster.view import plan_listing
 from policies import REASON_CODES, reasons
 from policies.vocabulary import EVICTED_REASON, PREEMPTED_BY, PREEMPTIONS

@@ -10,7 +10,7 @@ import yaml
 
 from admission.status import queue_listing, queue_status
 from muster import cli
-from muster.queues_command import queue_rows, render_table, usage_cell
+from muster.commands.queues import queue_rows, render_table, usage_cell
 from muster.view import dump, plan_listing
 from tests.unit.test_cli_view import NOW, listing, served
 

@@ -7,7 +7,7 @@ import yaml
 
 from admission.status import gang_status
 from muster import cli
-from muster.status_command import gang_label, render, status_lines
+from muster.commands.status import gang_label, render, status_lines
 from muster.view import plan_listing
 from policies import reasons
 from tests.unit.test_cli_view import NOW, listing, served

@@ -12,8 +12,8 @@ from admission.cache import Cache
 from admission.estimates import EstimateRefresher, estimate_body, refresh_now
 from admission.gangs import format_time
 from admission.status import gang_status
-from muster.explain_command import explain, render
-from muster.status_command import estimate_text, status_lines
+from muster.commands.explain import explain, render
+from muster.commands.status import estimate_text, status_lines
 from muster.view import Listing, plan_listing
 from tests.unit.test_cli_view import NOW, job, listing
 

@@ -16,6 +16,7 @@ import json
 
 import pytest
 
+from muster.bench.plan import build_snapshot
 from policies import (
     AdmittedGang,
     Decisions,
@@ -27,7 +28,6 @@ from policies import (
     SubmitStamp,
     plan,
 )
-from simulator.bench_plan import build_snapshot
 
 
 def _digest(decisions: Decisions) -> str:

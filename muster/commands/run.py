@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from admission import kubeapi
 from admission.credentials import Credentials, KubeconfigSource, kopf_login, source_for
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
 from policies.vocabulary import QUEUE
@@ -40,13 +41,13 @@ from webhook.decision import WebhookSettings
 from webhook.handlers import set_limits, stamp_of
 from webhook.review import WebhookState
 
-QUEUES_PATH = "/apis/muster.dev/v1alpha1/queues"
-JOBS_PATH = "/apis/batch/v1/jobs"
+QUEUES_PATH = kubeapi.QUEUES.path()
+JOBS_PATH = kubeapi.JOBS.path()
 MANAGED_JOBS = {"labelSelector": QUEUE}
 """The Jobs muster manages, as the controller's watch selects them."""
-MINICLUSTERS_PATH = "/apis/flux-framework.org/v1alpha2/miniclusters"
+MINICLUSTERS_PATH = kubeapi.MINICLUSTERS.path()
 
-CONFIG_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+CONFIG_PATH = kubeapi.WEBHOOK_CONFIGURATIONS.path()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -256,7 +257,7 @@ def load_state(client: KubeClient) -> tuple[WebhookState, int]:
     """One LIST each of namespaces, Queues, managed Jobs (in pages) and MiniClusters (absent
     CRDs are fine); and the Jobs' collection version, to watch them on from."""
     state = WebhookState()
-    for ns in client.get("/api/v1/namespaces")["items"]:
+    for ns in client.get(kubeapi.NAMESPACES.path())["items"]:
         state.namespace_labels[ns["metadata"]["name"]] = dict(ns["metadata"].get("labels") or {})
     try:
         queues = client.get(QUEUES_PATH)["items"]
@@ -293,7 +294,7 @@ def load_state(client: KubeClient) -> tuple[WebhookState, int]:
     return state, jobs_version
 
 
-PEERINGS_PATH = "/apis/kopf.dev/v1/clusterkopfpeerings"
+PEERINGS_PATH = kubeapi.KOPF_PEERINGS.path()
 
 
 def ensure_peering(client: KubeClient, name: str) -> str | None:
@@ -596,6 +597,8 @@ def _run_one(
             await webhook_metrics.start()
         if args.local and webhook:
             asyncio.get_running_loop().create_task(_register_when_serving())
+        elif webhook and webhook_metrics is not None:
+            asyncio.get_running_loop().create_task(_ready_when_serving(webhook_metrics))
         if webhook_child is not None:
             asyncio.get_running_loop().create_task(_watch_webhook_child())
 
@@ -615,8 +618,17 @@ def _run_one(
         )
         await asyncio.to_thread(register_configuration, client, configuration)
         logging.info("webhook registered at https://%s:%d", args.webhook_addr, port)
-        metrics = f" metrics={webhook_metrics.url}" if webhook_metrics is not None else ""
+        metrics = ""
+        if webhook_metrics is not None:
+            webhook_metrics.ready = True
+            metrics = f" metrics={webhook_metrics.url}"
         print(f"muster: webhook ready at https://{args.webhook_addr}:{port}{metrics}", flush=True)
+
+    async def _ready_when_serving(probe: MetricsServer) -> None:
+        # In a cluster the configuration is the manifests' to register; serving TLS is ready.
+        with contextlib.suppress(TimeoutError):  # not serving: never ready, /healthz says so
+            await asyncio.to_thread(_wait_for_tls, args.webhook_addr, port)
+            probe.ready = True
 
     @kopf.on.cleanup(registry=registry)
     async def unregister(**_: Any) -> None:

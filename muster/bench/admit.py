@@ -2,13 +2,13 @@
 apiserver's raw PATCH rate measured in the same run, and the controller's memory.
 
 Steps: (1) a control plane (started here, or --kubeconfig); (2) raw PATCH/s of that apiserver
-(`simulator.bench_apiserver.measure_patches`, before muster runs); (3) `muster run --local` as a
+(`muster.bench.apiserver.measure_patches`, before muster runs); (3) `muster run --local` as a
 subprocess; (4) --jobs labelled one-pod Jobs created from --submitters threads into an unlimited
 queue; gangs/s = jobs / (last `muster.dev/admitted` time - first create); (5) optionally a
 --backlog of Jobs created while only the webhook runs, then the controller started: admission
-from its ready line to the last admission, bound by the controller and its PATCHes, not by Job
-creation; (6) optionally --rss-pending N Jobs left pending in a queue with no room, and the
-controller's RSS then. Prints a table and one JSON line.
+from when it is ready (/healthz synced) to the last admission, bound by the controller and its
+PATCHes, not by Job creation; (6) optionally --rss-pending N Jobs left pending in a queue with
+no room, and the controller's RSS then. Prints a table and one JSON line.
 
 On a 2-core machine the burst is bound by CPU shared by every component, so the bench also
 reports the CPU seconds each process used during the burst (from /proc: the control plane's
@@ -22,24 +22,21 @@ import argparse
 import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from admission import kubeapi
+from admission.crd import queue_crd
 from admission.kubeapi import ApiError, KubeClient
+from admission.launcher import LaunchError, MusterRun, launch
 from policies.vocabulary import ADMITTED
 from simulator.controlplane.cluster import LocalCluster, NodeShape
 from simulator.kwok_watch import WatchCache
 
-REPO = Path(__file__).resolve().parent.parent
-QUEUES = "/apis/muster.dev/v1alpha1/queues"
+QUEUES = kubeapi.QUEUES.path()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -126,7 +123,7 @@ def _cpu(pids: dict[str, int]) -> dict[str, float]:
 def _create_many(
     client: KubeClient, namespace: str, names: list[str], queue: str, threads: int
 ) -> float:
-    path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+    path = kubeapi.JOBS.path(namespace)
     first: list[float] = []
 
     def create(name: str) -> None:
@@ -148,44 +145,14 @@ def _create_many(
     return first[0]
 
 
-def _start_muster(kubeconfig: Path, *flags: str) -> tuple[subprocess.Popen[str], float]:
-    """Start `muster run --local` with `flags`; return it once it says it is ready, and when."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "muster.cli", "run", "--local", "--kubeconfig", str(kubeconfig)]
-        + ["--status-port", "-1", "--metrics-port", "0", *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    wanted = set()
-    if "--no-webhook" not in flags:
-        wanted.add("webhook ready")
-    if "--no-controller" not in flags:
-        wanted.add("controller ready")
-    seen: list[str] = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        seen.append(line)
-        wanted = {w for w in wanted if w not in line}
-        if not wanted:
-            break
-    if wanted:
-        raise RuntimeError("muster run did not become ready:\n" + "".join(seen[-20:]))
-    ready = time.time()
-    # Keep reading so the pipe never fills.
-    threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
-    return proc, ready
-
-
-def _stop(proc: subprocess.Popen[str] | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
+def _start_muster(kubeconfig: Path, *flags: str) -> tuple[MusterRun, float]:
+    """Start `muster run --local` with `flags` (no status service); return it once it is
+    ready, and when."""
     try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        run = launch(kubeconfig, *flags, status=False)
+    except LaunchError as exc:
+        raise RuntimeError(str(exc)) from exc
+    return run, time.time()
 
 
 class AdmissionWatch:
@@ -197,7 +164,7 @@ class AdmissionWatch:
         self.seen: dict[str, float] = {}
         self._cache = WatchCache(
             KubeClient(client.credentials),  # the watch cache closes its client when stopped
-            f"/apis/batch/v1/namespaces/{namespace}/jobs",
+            kubeapi.JOBS.path(namespace),
             {},
             name=f"admissions-{namespace}",
             on_object=self._saw,
@@ -224,7 +191,7 @@ class AdmissionWatch:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.bench_apiserver import measure_patches
+    from muster.bench.apiserver import measure_patches
     from simulator.controlplane.minicluster import apply_crd
 
     def say(message: str) -> None:
@@ -242,17 +209,15 @@ def run(args: argparse.Namespace) -> int:
         kubeconfig = cluster.kubeconfig
         observed = cluster
     client = KubeClient.from_kubeconfig(kubeconfig)
-    procs: list[subprocess.Popen[str]] = []
+    procs: list[MusterRun] = []
     watches: list[AdmissionWatch] = []
     stamp = int(time.time())
     ns, raw_ns, backlog_ns = f"bench-admit-{stamp}", f"bench-raw-{stamp}", f"bench-backlog-{stamp}"
     queues = [(ns, {}), (f"{ns}-full", {"nominal": {"cpu": "1m"}}), (backlog_ns, {})]
     try:
-        apply_crd(
-            client, yaml.safe_load((REPO / "manifests/crd/queues.muster.dev.yaml").read_text())
-        )
+        apply_crd(client, queue_crd())
         for name in (ns, raw_ns, backlog_ns):
-            client.create("/api/v1/namespaces", {"metadata": {"name": name}})
+            client.create(kubeapi.NAMESPACES.path(), {"metadata": {"name": name}})
         for queue, spec in queues:
             client.create(
                 QUEUES,
@@ -266,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
         # 2. Raw PATCH/s of this apiserver, before muster adds load.
         raw_jobs = [f"raw-{i}" for i in range(64)]
         for name in raw_jobs:
-            client.create(f"/apis/batch/v1/namespaces/{raw_ns}/jobs", _job(name, None, True))
+            client.create(kubeapi.JOBS.path(raw_ns), _job(name, None, True))
         raw = measure_patches(client, raw_ns, raw_jobs, args.patches, args.concurrency)
         raw_rate = float(raw["patch_per_s"])
         say(f"raw PATCH/s: {raw_rate:.0f}")
@@ -312,10 +277,10 @@ def run(args: argparse.Namespace) -> int:
                 say(f"  {name:<24} {seconds:7.1f}")
         ok = len(times) >= args.jobs
         # 5. A backlog: Jobs created (suspended, stamped by the webhook alone) while no
-        #    controller runs; then the controller starts and admits them. From its ready line
+        #    controller runs; then the controller starts and admits them. From when it is ready
         #    to the last admission, admission is bound by the controller and PATCHes only.
         if args.backlog:
-            _stop(proc)
+            proc.stop(timeout=60)
             webhook, _ = _start_muster(kubeconfig, "--no-controller")
             procs.append(webhook)
             backlog = [f"b-{i:05d}" for i in range(args.backlog)]
@@ -330,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
             btimes = bwatch.wait(args.backlog, 600)
             blast = max(btimes) if btimes else time.time()
             bcpu = (_cpu({"muster": controller.pid}).get("muster") or 0.0) - cpu_start
-            # The controller admits before (or as) it prints ready; count from its start.
+            # The controller admits before (or as) it is seen ready; count from its start.
             backlog_rate = len(btimes) / max(
                 blast - min(ready, btimes[0] if btimes else ready), 1e-9
             )
@@ -367,13 +332,13 @@ def run(args: argparse.Namespace) -> int:
         for w in watches:
             w.stop()
         for process in procs:
-            _stop(process)
+            process.stop(timeout=60)
         for name, _spec in queues:
             with contextlib.suppress(ApiError, OSError):
                 client.delete(f"{QUEUES}/{name}")
         for name in (ns, raw_ns, backlog_ns):
             with contextlib.suppress(ApiError, OSError):
-                client.delete(f"/api/v1/namespaces/{name}")
+                client.delete(kubeapi.NAMESPACES.path(name=name))
         client.close()
         if cluster is not None:
             cluster.down(quiet=True)

@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from admission import kubeapi
 from admission.kubeapi import ApiError, KubeClient
 
 BENCH_NAMESPACE = "muster-bench"
@@ -55,13 +56,13 @@ def fresh_namespace(client: KubeClient, namespace: str, timeout: float = 120) ->
     deadline = time.monotonic() + timeout
     while True:
         try:
-            client.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+            client.create(kubeapi.NAMESPACES.path(), {"metadata": {"name": namespace}})
             return
         except ApiError as exc:
             if exc.status != 409:
                 raise
         try:
-            current = client.get(f"/api/v1/namespaces/{namespace}")
+            current = client.get(kubeapi.NAMESPACES.path(name=namespace))
         except ApiError as exc:
             if exc.status == 404:
                 continue  # gone between the create and the get: create it now
@@ -79,7 +80,7 @@ def fresh_namespace(client: KubeClient, namespace: str, timeout: float = 120) ->
 def create_jobs(client: KubeClient, namespace: str, count: int) -> list[str]:
     fresh_namespace(client, namespace)
     names = [f"bench-{i}" for i in range(count)]
-    path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+    path = kubeapi.JOBS.path(namespace)
 
     def create(name: str) -> None:
         body = {
@@ -115,7 +116,7 @@ def measure_patches(
     counter = iter(range(patches))
     lock = threading.Lock()
     latencies: list[float] = []
-    path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+    path = kubeapi.JOBS.path(namespace)
 
     def worker() -> None:
         mine: list[float] = []
@@ -173,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
                     f"p50 {r['p50_ms']:6.1f} ms  p99 {r['p99_ms']:6.1f} ms",
                     flush=True,
                 )
-        client.delete(f"/api/v1/namespaces/{BENCH_NAMESPACE}")
+        client.delete(kubeapi.NAMESPACES.path(name=BENCH_NAMESPACE))
     line: dict[str, Any] = {
         "bench": "apiserver",
         "patches_per_level": args.patches,

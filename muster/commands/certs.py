@@ -29,6 +29,7 @@ from typing import Any, Final, Literal
 import yaml
 from cryptography import x509
 
+from admission import kubeapi
 from admission.kubeapi import ApiError, ApiUnreachable, KubeClient, KubeconfigError
 from webhook.configuration import IN_CLUSTER_SERVICE
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
@@ -41,7 +42,7 @@ NAMESPACE: Final = str(IN_CLUSTER_SERVICE["namespace"])
 SERVICE: Final = str(IN_CLUSTER_SERVICE["name"])
 FIELD_MANAGER: Final = "muster-certs"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
-CONFIG_PATH: Final = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+CONFIG_PATH: Final = kubeapi.WEBHOOK_CONFIGURATIONS.path()
 CERT_MANAGER_SECRET: Final = "cert-manager.io/certificate-name"
 CERT_MANAGER_INJECT: Final = "cert-manager.io/inject-ca-from"
 RENEW_WITHIN: Final = dt.timedelta(days=30)
@@ -411,9 +412,12 @@ def _apply(client: KubeClient, args: argparse.Namespace, host: str) -> int:
         raise CertsError(
             f"MutatingWebhookConfiguration {config_name} has no webhooks: {INSTALL_HINT}"
         )
-    if _get(client, f"/api/v1/namespaces/{args.namespace}", f"namespace {args.namespace}") is None:
+    if (
+        _get(client, kubeapi.NAMESPACES.path(name=args.namespace), f"namespace {args.namespace}")
+        is None
+    ):
         raise CertsError(f"namespace {args.namespace} not found: {INSTALL_HINT}")
-    secret_path = f"/api/v1/namespaces/{args.namespace}/secrets/{args.secret}"
+    secret_path = kubeapi.SECRETS.path(args.namespace, args.secret)
     existing = _get(client, secret_path, f"Secret {args.namespace}/{args.secret}")
     decided = plan(
         existing,

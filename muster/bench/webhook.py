@@ -13,8 +13,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,8 +20,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from admission import kubeapi
 from admission.kubeapi import ApiError, KubeClient
-from muster.run_command import CONFIG_PATH, stop_child
+from admission.launcher import launch
+from muster.commands.run import CONFIG_PATH
 from policies.vocabulary import QUEUE, SUBMITTED
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
 
@@ -90,7 +90,7 @@ class _Round:
     def create(self) -> tuple[float, bool]:
         body = _job(self.name())
         started = time.perf_counter()
-        stored = self.client.create(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", body)
+        stored = self.client.create(kubeapi.JOBS.path(NAMESPACE), body)
         elapsed = time.perf_counter() - started
         return elapsed, SUBMITTED in (stored["metadata"].get("annotations") or {})
 
@@ -114,25 +114,8 @@ class _Round:
 
 def _start_webhook(kubeconfig: Path, stack: ExitStack, server: str) -> dict[str, Any]:
     """Start `muster run --local`; return the configuration it registered."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "muster.cli", "run", "--local", "--kubeconfig", str(kubeconfig)]
-        + ["--webhook-server", server],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-    stack.callback(stop_child, proc)
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 90
-    for line in proc.stdout:
-        if "webhook ready" in line:
-            break
-        if time.monotonic() > deadline:
-            raise TimeoutError("muster run --local did not become ready within 90s")
-    else:
-        raise RuntimeError("muster run --local exited before it was ready")
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    muster = launch(kubeconfig, "--webhook-server", server)
+    stack.callback(muster.stop)
     with KubeClient.from_kubeconfig(kubeconfig) as client:
         return client.get(f"{CONFIG_PATH}/{WEBHOOK_CONFIG_NAME}")
 
@@ -141,13 +124,13 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < args.rounds or args.concurrency < 1 or args.rounds < 1:
         print("muster bench webhook: need --jobs >= --rounds >= 1 and --concurrency >= 1")
         return 2
-    from simulator.bench_apiserver import bench_kubeconfig, fresh_namespace
+    from muster.bench.apiserver import bench_kubeconfig, fresh_namespace
 
     with ExitStack() as stack:
         kubeconfig = bench_kubeconfig(args.kubeconfig, stack, quiet=args.json)
         client = stack.enter_context(KubeClient.from_kubeconfig(kubeconfig))
         fresh_namespace(client, NAMESPACE)
-        stack.callback(client.delete, f"/api/v1/namespaces/{NAMESPACE}")
+        stack.callback(client.delete, kubeapi.NAMESPACES.path(name=NAMESPACE))
         registered = _start_webhook(kubeconfig, stack, args.webhook_server)
         config = {k: registered[k] for k in ("apiVersion", "kind", "webhooks")}
         config["metadata"] = {"name": registered["metadata"]["name"]}

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from muster.queues_command import queue_rows, usage_cell
-from muster.status_command import add_gang_arguments, estimate_text, gang_label
+from muster.commands.queues import queue_rows, usage_cell
+from muster.commands.status import add_gang_arguments, estimate_text, gang_label
 from muster.view import (
     ApiView,
     ViewError,

@@ -191,8 +191,8 @@ def _agree_trace(args: argparse.Namespace) -> Any:
 def _throughput_trace(args: argparse.Namespace) -> Any:
     """Jobs of 1..16 pods (4 cpu / 16Gi) on nodes of 32 cpu / 128Gi (8 such pods each),
     runtimes 60..600 s, submitted over --window: enough gangs for at least --pods pods."""
+    from simulator.burst import BurstSpec, burst_document
     from simulator.trace import from_dict
-    from simulator.trace_command import BurstSpec, burst_document
 
     if args.pods < 1 or args.nodes < 1 or args.window < 0:
         raise ValueError("--pods and --nodes must be positive, --window not negative")

@@ -1,6 +1,6 @@
 """`muster bench sim`: how fast the in-process engine replays a large synthetic burst.
 
-Generates a burst with `simulator.trace_command.burst_document`, runs one engine over it and
+Generates a burst with `muster.commands.trace.burst_document`, runs one engine over it and
 prints figures (and, with --json, one JSON line). Wall time (and cpu_s, the process's CPU time
 over the same span) covers the engine run only; building the trace is reported separately as
 build_s. plan_s is the time inside the planner's plan calls; telling it what changed between
@@ -45,10 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from simulator.burst import BurstSpec, burst_document
     from simulator.engine import EngineConfig, simulate
     from simulator.report import summarize
     from simulator.trace import TraceError, from_dict
-    from simulator.trace_command import BurstSpec, burst_document
 
     if args.gangs < 1 or args.nodes < 1 or args.load <= 0:
         print("muster bench sim: --gangs, --nodes and --load must be positive", file=sys.stderr)
