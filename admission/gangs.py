@@ -16,25 +16,22 @@ from typing import Any, Final, Literal
 
 from admission.pinning import PLACEMENT_GATE, Original, PinError, decode_placement
 from policies import (
-    Backoff,
     Gang,
     Node,
     Queue,
     Resources,
-    SizeRatio,
     SubmitStamp,
     Taint,
     Toleration,
 )
 from policies.durations import (
     DurationError,
-    parse_duration,
     parse_runtime_limit,
 )
 from policies.kinds import FieldError, GangFields, job_fields, job_size_of, queue_of
 from policies.model import NodeTerm
 from policies.phase import job_finished, marked_failed
-from policies.preemption import parse_preemption
+from policies.queuespec import parse_queue
 from policies.selectors import LabelSelector, parse_label_selector
 from policies.submitted import StampError, parse_stamp
 from policies.vocabulary import (
@@ -545,42 +542,11 @@ def node_from(body: Mapping[str, Any]) -> Node | None:
     )
 
 
-def _resources_or_none(value: Any, where: str) -> Resources | None:
-    if value is None:
-        return None
-    return Resources.parse(value, field=where)
-
-
 def queue_from(body: Mapping[str, Any]) -> Queue:
-    """The planner's Queue from a Queue object; raise ValueError naming the field."""
+    """The planner's Queue from a Queue object (`policies.queuespec.parse_queue`); raise
+    PolicyError (a ValueError) naming the field."""
     name = (body.get("metadata") or {}).get("name") or ""
-    spec = body.get("spec") or {}
-    where = f'queue "{name}": spec'
-    ratio = spec.get("sizeRatio")
-    backoff = spec.get("backoff") or {}
-    default = Backoff()
-    return Queue(
-        name=name,
-        parent=spec.get("parent") or None,
-        weight=float(spec.get("weight", 1.0)),
-        nominal=_resources_or_none(spec.get("nominal"), f"{where}.nominal"),
-        quota_names=frozenset(spec.get("nominal") or ()),
-        borrowing_limit=_resources_or_none(spec.get("borrowingLimit"), f"{where}.borrowingLimit"),
-        lending_limit=_resources_or_none(spec.get("lendingLimit"), f"{where}.lendingLimit"),
-        strategy="StrictFIFO" if spec.get("strategy") == "StrictFIFO" else "BestEffortFIFO",
-        size_ratio=SizeRatio(
-            ratio=float((ratio or {}).get("ratio", 0.1)),
-            action="Reject" if (ratio or {}).get("action") == "Reject" else "Serialize",
-        ),
-        clog_timeout=parse_duration(spec.get("clogTimeout", "5m"), field=f"{where}.clogTimeout"),
-        backoff=Backoff(
-            base=parse_duration(backoff.get("base", default.base), field=f"{where}.backoff.base"),
-            max=parse_duration(backoff.get("max", default.max), field=f"{where}.backoff.max"),
-            limit=int(backoff.get("limit", default.limit)),
-        ),
-        node_fit=bool(spec.get("nodeFit", True)),
-        preemption=parse_preemption(spec.get("preemption"), f"{where}.preemption"),
-    )
+    return parse_queue(name, body.get("spec") or {}, f'queue "{name}": spec')
 
 
 def namespace_selector_from(body: Mapping[str, Any]) -> LabelSelector:
