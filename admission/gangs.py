@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from admission.pinning import PLACEMENT_GATE, Original, PinError, decode_placement
 from policies import (
@@ -23,11 +23,13 @@ from policies import (
     SubmitStamp,
     Taint,
     Toleration,
+    gangstate,
 )
 from policies.durations import (
     DurationError,
     parse_runtime_limit,
 )
+from policies.gangstate import GangState
 from policies.kinds import FieldError, GangFields, job_fields, job_size_of, queue_of
 from policies.model import NodeTerm
 from policies.phase import job_finished, marked_failed
@@ -56,8 +58,6 @@ from policies.vocabulary import (
 )
 
 HOSTNAME: Final = "kubernetes.io/hostname"
-
-GangState = Literal["Pending", "Admitted", "Running", "Finished", "Failed", "BackingOff"]
 
 
 class GangParseError(ValueError):
@@ -226,15 +226,17 @@ class JobRecord:
         return self.admission is not None and not self.finished
 
     def state(self, now: float) -> GangState:
+        """Where the gang stands, in the gang state vocabulary (`policies.gangstate`)."""
         if self.finished:
-            return "Finished"
+            return gangstate.FINISHED
         if self.failed_state:
-            return "Failed"
+            return gangstate.FAILED
         if self.admission is not None:
-            return "Running" if self.ready + self.succeeded >= self.gang.min else "Admitted"
+            enough = self.ready + self.succeeded >= self.gang.min
+            return gangstate.RUNNING if enough else gangstate.ADMITTED
         if self.requeue_at > now:
-            return "BackingOff"
-        return "Pending"
+            return gangstate.BACKING_OFF
+        return gangstate.PENDING
 
 
 def node_terms(affinity: Mapping[str, Any] | None) -> tuple[NodeTerm, ...]:
