@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from policies import AdmittedGang, Node, Planner, QueueTree
 from policies.lifecycle import clog_timeout, evict
 from simulator.admitmodel import PendingQueues
+from simulator.enginecheck import check_invariants
 from simulator.events import (
     CLOG_CHECK,
     DEADLINE,
@@ -640,53 +641,7 @@ class Engine:
     # ------------------------------------------------------------------ checks (tests)
 
     def _check_invariants(self) -> None:
-        cluster = self.cluster
-        for node, vector in enumerate(cluster.free):
-            if any(amount < 0 for amount in vector):
-                raise AssertionError(f"node {self.nodes[node].name} overcommitted at {self.now}")
-        for record in self.gangs:
-            if record.bound_pods != sum(record.bound.values()):
-                raise AssertionError(f"{record.gang.id}: bound pods out of sync")
-            if record.gang.one_pod_per_node and any(p > 1 for p in record.bound.values()):
-                raise AssertionError(f"{record.gang.id}: two pods on one node")
-            if record.state in (PENDING, BACKING_OFF, FINISHED, FAILED) and record.bound_pods:
-                raise AssertionError(f"{record.gang.id}: holds pods in state {record.state}")
-        live: dict[int, int] = {}
-        for _, index, attempt in cluster.pod_queue:
-            record = self.gangs[index]
-            if attempt == record.attempt and record.state in (PENDING, ADMITTED):
-                live[index] = live.get(index, 0) + 1
-        for record in self.gangs:
-            if record.queued_pods != live.get(record.index, 0):
-                raise AssertionError(f"{record.gang.id}: queued pods out of sync")
-        for class_id, pod_class in enumerate(cluster.pod_classes):
-            expected = sum(r.queued_pods for r in self.gangs if r.pod_class == class_id)
-            if pod_class.queued != expected:
-                raise AssertionError(f"pod class {class_id}: queued count out of sync")
-        total = sum(sum(counts.values()) for counts in self.meter.state_count)
-        if total != len(self.gangs):
-            raise AssertionError("state counts do not add up")
-        if self.unpinned and self.planner is not None:
-            self._check_planner_sees_pods()
-
-    def _check_planner_sees_pods(self) -> None:
-        """Placement "scheduler": the planner counts every bound pod where it is bound, and
-        once a gang no longer holds its plan, nothing else."""
-        assert self.planner is not None
-        admitted = self.planner.admitted
-        for record in self.gangs:
-            if record.state not in (ADMITTED, RUNNING):
-                if record.gang.id in admitted:
-                    raise AssertionError(f"{record.gang.id}: admitted in the planner, not here")
-                continue
-            seen = admitted[record.gang.id]
-            bound = {self.nodes[n].name: pods for n, pods in record.bound.items()}
-            if any(seen.placement.get(name, 0) < pods for name, pods in bound.items()):
-                raise AssertionError(f"{record.gang.id}: the planner misses bound pods")
-            if not record.reserving and dict(seen.placement) != bound:
-                raise AssertionError(f"{record.gang.id}: the planner still holds its plan")
-            if seen.running != (record.state == RUNNING):
-                raise AssertionError(f"{record.gang.id}: the planner's running flag is stale")
+        check_invariants(self)
 
     # ------------------------------------------------------------------ metrics
 
