@@ -96,7 +96,7 @@ def gang_status(cache: Cache, key: str, now: float) -> dict[str, Any] | None:
             body["rejected"] = True
         if not record.parse_error:
             body["estimate"] = estimate_body(cache, key, now)
-    elif state == "Failed" and record.failed_reason:
+    elif state == gangstate.FAILED and record.failed_reason:
         code, _, message = record.failed_reason.partition(": ")
         body["reason"] = {"code": code, "message": message or code}
     return body

@@ -32,17 +32,9 @@ from typing import Any
 
 from admission.gangs import parse_admitted, parse_time
 from policies import Gang
-from policies.vocabulary import (
-    ADMITTED as ADMITTED_ANNOTATION,
-)
-from policies.vocabulary import (
-    EVICTED_REASON,
-    EVICTIONS,
-    GANG,
-    PREEMPTIONS,
-    REQUEUE_AT,
-    STATE,
-)
+from policies.phase import marked_failed
+from policies.vocabulary import ADMITTED as ADMITTED_ANNOTATION
+from policies.vocabulary import EVICTED_REASON, EVICTIONS, GANG, PREEMPTIONS, REQUEUE_AT
 from simulator.records import (
     ADMITTED,
     BACKING_OFF,
@@ -304,7 +296,7 @@ class Timeline:
         annotations: Mapping[str, str] = meta.get("annotations") or {}
         changed = False
         evictions = _int(annotations.get(EVICTIONS))
-        failed = annotations.get(STATE) == "Failed"
+        failed = marked_failed(annotations)
         if evictions > seen.evictions:
             reason = annotations.get(EVICTED_REASON, "")
             queue = self.queue_names[record.queue]
