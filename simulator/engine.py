@@ -33,7 +33,8 @@ This module is the coordinator and owns the gang lifecycle (submit, admit, pods 
 finish, deadline, clog, evict, preempt; the eviction rules are `policies.lifecycle`'s, as in
 the controller). Its parts: the clock (`simulator.events`), the cluster and pod-level
 scheduler (`simulator.podscheduler`), the pending queues and planner (`simulator.admitmodel`),
-the metrics (`simulator.sampling.Meter`) and the records it keeps (`simulator.records`).
+the metrics (`simulator.sampling.Meter`), the records it keeps (`simulator.records`) and,
+for tests, the invariants that tie them together (`simulator.enginecheck`).
 """
 
 from __future__ import annotations
