@@ -12,29 +12,28 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from admission.pinning import PLACEMENT_GATE, Original, PinError, decode_placement
 from policies import (
-    Backoff,
     Gang,
     Node,
     Queue,
     Resources,
-    SizeRatio,
     SubmitStamp,
     Taint,
     Toleration,
+    gangstate,
 )
 from policies.durations import (
     DurationError,
-    parse_duration,
     parse_runtime_limit,
 )
+from policies.gangstate import GangState
 from policies.kinds import FieldError, GangFields, job_fields, job_size_of, queue_of
 from policies.model import NodeTerm
 from policies.phase import job_finished, marked_failed
-from policies.preemption import parse_preemption
+from policies.queuespec import parse_queue
 from policies.selectors import LabelSelector, parse_label_selector
 from policies.submitted import StampError, parse_stamp
 from policies.vocabulary import (
@@ -59,8 +58,6 @@ from policies.vocabulary import (
 )
 
 HOSTNAME: Final = "kubernetes.io/hostname"
-
-GangState = Literal["Pending", "Admitted", "Running", "Finished", "Failed", "BackingOff"]
 
 
 class GangParseError(ValueError):
@@ -229,15 +226,17 @@ class JobRecord:
         return self.admission is not None and not self.finished
 
     def state(self, now: float) -> GangState:
+        """Where the gang stands, in the gang state vocabulary (`policies.gangstate`)."""
         if self.finished:
-            return "Finished"
+            return gangstate.FINISHED
         if self.failed_state:
-            return "Failed"
+            return gangstate.FAILED
         if self.admission is not None:
-            return "Running" if self.ready + self.succeeded >= self.gang.min else "Admitted"
+            enough = self.ready + self.succeeded >= self.gang.min
+            return gangstate.RUNNING if enough else gangstate.ADMITTED
         if self.requeue_at > now:
-            return "BackingOff"
-        return "Pending"
+            return gangstate.BACKING_OFF
+        return gangstate.PENDING
 
 
 def node_terms(affinity: Mapping[str, Any] | None) -> tuple[NodeTerm, ...]:
@@ -348,12 +347,69 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
     if previous is not None and previous.source == source:
         return _status_only(previous, body)
     namespace, name = meta.get("namespace") or "", meta.get("name") or ""
-    template = spec.get("template") or {}
-    pod_spec = template.get("spec") or {}
-    pod_labels: Mapping[str, str] = (template.get("metadata") or {}).get("labels") or {}
-    queue = queue_of(labels)
-    error: str | None = None
+    pod_labels: Mapping[str, str] = ((spec.get("template") or {}).get("metadata") or {}).get(
+        "labels"
+    ) or {}
+    problem = _Problem()
+    admission = _admission_annotations(spec, annotations, problem)
+    fields, gang = _gang(namespace, name, spec, labels, annotations, admission.original, problem)
+    counts = _eviction_counts(annotations)
+    return JobRecord(
+        namespace=namespace,
+        name=name,
+        uid=meta.get("uid") or "",
+        resource_version=meta.get("resourceVersion") or "",
+        gang=gang,
+        queue=gang.queue,
+        suspended=bool(spec.get("suspend")),
+        admitted_at=admission.admitted_at,
+        admitted_size=admission.admitted_size,
+        evictions=counts.evictions,
+        failed_state=marked_failed(annotations),
+        finished=job_finished(status),
+        ready=int(status.get("ready") or 0),
+        succeeded=int(status.get("succeeded") or 0),
+        clog_timeout=fields.clog_timeout,
+        requeue_at=counts.requeue_at,
+        kind=gang.kind,
+        gang_label=pod_labels.get(GANG) or name,
+        parse_error=problem.message,
+        source=source,
+        evicted_reason=annotations.get(EVICTED_REASON, ""),
+        preempted_by=annotations.get(PREEMPTED_BY, ""),
+        failed_reason=annotations.get(FAILED_REASON, ""),
+        original=admission.original,
+        pinned=admission.pinned,
+        indexed=spec.get("completionMode") == "Indexed",
+        started=status.get("startTime") is not None,
+        start_time=status_time(status.get("startTime")),
+        end_time=_end_time(status),
+    )
 
+
+class _Problem:
+    """The message of a malformed field of the Job being read (the last one read wins): the
+    record's `parse_error`."""
+
+    __slots__ = ("message",)
+
+    def __init__(self) -> None:
+        self.message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Admission:
+    original: Original
+    pinned: dict[str, int]
+    admitted_at: float | None
+    admitted_size: int
+
+
+def _admission_annotations(
+    spec: Mapping[str, Any], annotations: Mapping[str, str], problem: _Problem
+) -> _Admission:
+    """What admission wrote: the original fields (`muster.dev/restore`), the pin
+    (`muster.dev/placement`), the admission time and size (`muster.dev/admitted`)."""
     # An admitted elastic Job has its parallelism (and completions) lowered: its gang is the
     # size it had before admission, saved in muster.dev/restore.
     original = Original.of(spec)
@@ -361,21 +417,34 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         try:
             original = Original.decode(annotations[RESTORE], f"annotation {RESTORE}")
         except PinError as exc:
-            error = str(exc)
+            problem.message = str(exc)
     pinned: dict[str, int] = {}
     if PLACEMENT in annotations:
         try:
             pinned = decode_placement(annotations[PLACEMENT], f"annotation {PLACEMENT}")
         except PinError as exc:
-            error = str(exc)
-    size = max(job_size_of(original.parallelism, original.completions), 1)
+            problem.message = str(exc)
     admitted_at: float | None = None
     admitted_size = 0
     if ADMITTED in annotations:
         try:
             admitted_at, admitted_size = parse_admitted(annotations[ADMITTED])
         except GangParseError as exc:
-            error = str(exc)
+            problem.message = str(exc)
+    return _Admission(original, pinned, admitted_at, admitted_size)
+
+
+def _gang(
+    namespace: str,
+    name: str,
+    spec: Mapping[str, Any],
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    original: Original,
+    problem: _Problem,
+) -> tuple[GangFields, Gang]:
+    """The gang fields (read as the webhook reads them) and the planner's gang."""
+    size = max(job_size_of(original.parallelism, original.completions), 1)
     # The gang fields, read as the webhook reads them (one adapter: policies.kinds); a bad one
     # keeps the gang waiting with the webhook's refusal message.
     try:
@@ -383,12 +452,12 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
             {**spec, "completions": original.completions}, labels, annotations, size
         )
     except FieldError as exc:
-        error = str(exc)
+        problem.message = str(exc)
         fields = GangFields(size)
     try:
         stamp = parse_stamp(annotations.get(SUBMITTED, ""), f"{namespace}/{name}")
     except StampError as exc:
-        error = str(exc)
+        problem.message = str(exc)
         stamp = SubmitStamp(0.0, 0, f"{namespace}/{name}")
     # A MiniCluster's spec.deadlineSeconds reaches its Job here (the operator copies it).
     runtime_limit: float | None = None
@@ -397,39 +466,20 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
             spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds"
         )
     except DurationError as exc:
-        error = str(exc)
-    requeue_at = 0.0
-    if REQUEUE_AT in annotations:
-        try:
-            requeue_at = parse_time(annotations[REQUEUE_AT])
-        except ValueError:
-            requeue_at = 0.0
-    try:
-        evictions = int(annotations.get(EVICTIONS, "0"))
-    except ValueError:
-        evictions = 0
-    preemptions = 0
-    preemptions_text = annotations.get(PREEMPTIONS)
-    if preemptions_text is not None:
-        try:
-            preemptions = int(preemptions_text)
-        except ValueError:
-            preemptions = -1
-        if preemptions < 0:
-            preemptions = 0
-            error = (
-                f"annotation {PREEMPTIONS}: {preemptions_text!r} is not a whole number >= 0; "
-                "muster writes it at each preemption: set it back to the count (or remove it)"
-            )
+        problem.message = str(exc)
+    preemptions = _preemptions(annotations, problem)
+    template = spec.get("template") or {}
+    pod_spec = template.get("spec") or {}
+    pod_labels: Mapping[str, str] = (template.get("metadata") or {}).get("labels") or {}
     try:
         requests = _requests(pod_spec)
     except ValueError as exc:
-        error = str(exc)
+        problem.message = str(exc)
         requests = Resources()
     kind = annotations.get(GANG_KIND) or "Job"
     gang = Gang(
         id=f"{namespace}/{name}",
-        queue=queue,
+        queue=queue_of(labels),
         pod_requests=requests,
         size=size,
         min_size=fields.minimum if fields.minimum < size else None,
@@ -445,37 +495,47 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
         runtime_limit=runtime_limit,
         preemptions=preemptions,
     )
-    return JobRecord(
-        namespace=namespace,
-        name=name,
-        uid=meta.get("uid") or "",
-        resource_version=meta.get("resourceVersion") or "",
-        gang=gang,
-        queue=queue,
-        suspended=bool(spec.get("suspend")),
-        admitted_at=admitted_at,
-        admitted_size=admitted_size,
-        evictions=evictions,
-        failed_state=marked_failed(annotations),
-        finished=job_finished(status),
-        ready=int(status.get("ready") or 0),
-        succeeded=int(status.get("succeeded") or 0),
-        clog_timeout=fields.clog_timeout,
-        requeue_at=requeue_at,
-        kind=kind,
-        gang_label=pod_labels.get(GANG) or name,
-        parse_error=error,
-        source=source,
-        evicted_reason=annotations.get(EVICTED_REASON, ""),
-        preempted_by=annotations.get(PREEMPTED_BY, ""),
-        failed_reason=annotations.get(FAILED_REASON, ""),
-        original=original,
-        pinned=pinned,
-        indexed=spec.get("completionMode") == "Indexed",
-        started=status.get("startTime") is not None,
-        start_time=status_time(status.get("startTime")),
-        end_time=_end_time(status),
-    )
+    return fields, gang
+
+
+def _preemptions(annotations: Mapping[str, str], problem: _Problem) -> int:
+    """`muster.dev/preemptions`: how many times the gang was preempted."""
+    preemptions = 0
+    preemptions_text = annotations.get(PREEMPTIONS)
+    if preemptions_text is not None:
+        try:
+            preemptions = int(preemptions_text)
+        except ValueError:
+            preemptions = -1
+        if preemptions < 0:
+            preemptions = 0
+            problem.message = (
+                f"annotation {PREEMPTIONS}: {preemptions_text!r} is not a whole number >= 0; "
+                "muster writes it at each preemption: set it back to the count (or remove it)"
+            )
+    return preemptions
+
+
+@dataclass(frozen=True, slots=True)
+class _EvictionCounts:
+    evictions: int
+    requeue_at: float
+
+
+def _eviction_counts(annotations: Mapping[str, str]) -> _EvictionCounts:
+    """`muster.dev/evictions` and `muster.dev/requeue-at`; unreadable ones count as none
+    (muster writes them; they do not make the gang invalid)."""
+    requeue_at = 0.0
+    if REQUEUE_AT in annotations:
+        try:
+            requeue_at = parse_time(annotations[REQUEUE_AT])
+        except ValueError:
+            requeue_at = 0.0
+    try:
+        evictions = int(annotations.get(EVICTIONS, "0"))
+    except ValueError:
+        evictions = 0
+    return _EvictionCounts(evictions, requeue_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,42 +605,11 @@ def node_from(body: Mapping[str, Any]) -> Node | None:
     )
 
 
-def _resources_or_none(value: Any, where: str) -> Resources | None:
-    if value is None:
-        return None
-    return Resources.parse(value, field=where)
-
-
 def queue_from(body: Mapping[str, Any]) -> Queue:
-    """The planner's Queue from a Queue object; raise ValueError naming the field."""
+    """The planner's Queue from a Queue object (`policies.queuespec.parse_queue`); raise
+    PolicyError (a ValueError) naming the field."""
     name = (body.get("metadata") or {}).get("name") or ""
-    spec = body.get("spec") or {}
-    where = f'queue "{name}": spec'
-    ratio = spec.get("sizeRatio")
-    backoff = spec.get("backoff") or {}
-    default = Backoff()
-    return Queue(
-        name=name,
-        parent=spec.get("parent") or None,
-        weight=float(spec.get("weight", 1.0)),
-        nominal=_resources_or_none(spec.get("nominal"), f"{where}.nominal"),
-        quota_names=frozenset(spec.get("nominal") or ()),
-        borrowing_limit=_resources_or_none(spec.get("borrowingLimit"), f"{where}.borrowingLimit"),
-        lending_limit=_resources_or_none(spec.get("lendingLimit"), f"{where}.lendingLimit"),
-        strategy="StrictFIFO" if spec.get("strategy") == "StrictFIFO" else "BestEffortFIFO",
-        size_ratio=SizeRatio(
-            ratio=float((ratio or {}).get("ratio", 0.1)),
-            action="Reject" if (ratio or {}).get("action") == "Reject" else "Serialize",
-        ),
-        clog_timeout=parse_duration(spec.get("clogTimeout", "5m"), field=f"{where}.clogTimeout"),
-        backoff=Backoff(
-            base=parse_duration(backoff.get("base", default.base), field=f"{where}.backoff.base"),
-            max=parse_duration(backoff.get("max", default.max), field=f"{where}.backoff.max"),
-            limit=int(backoff.get("limit", default.limit)),
-        ),
-        node_fit=bool(spec.get("nodeFit", True)),
-        preemption=parse_preemption(spec.get("preemption"), f"{where}.preemption"),
-    )
+    return parse_queue(name, body.get("spec") or {}, f'queue "{name}": spec')
 
 
 def namespace_selector_from(body: Mapping[str, Any]) -> LabelSelector:

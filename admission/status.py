@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from admission.cache import Cache, QueueView
 from admission.estimates import estimate_body
 from admission.gangs import format_time
-from policies import Resources, format_quantity
+from policies import Resources, format_quantity, gangstate
 
 log = logging.getLogger("muster.status")
 
@@ -71,12 +71,12 @@ def gang_status(cache: Cache, key: str, now: float) -> dict[str, Any] | None:
     if admission is not None:
         body["admittedAt"] = format_time(admission[0])
         body["admittedSize"] = admission[1]
-    if state in ("Pending", "BackingOff"):
+    if state in (gangstate.PENDING, gangstate.BACKING_OFF):
         body["position"] = cache.positions.get(key)
         reason = cache.reasons.get(key)
         if record.parse_error:
             body["reason"] = {"code": "Invalid", "message": record.parse_error}
-        elif state == "BackingOff":
+        elif state == gangstate.BACKING_OFF:
             body["reason"] = {
                 "code": "BackingOff",
                 "message": f"evicted {record.evictions} times; requeued at "
@@ -96,7 +96,7 @@ def gang_status(cache: Cache, key: str, now: float) -> dict[str, Any] | None:
             body["rejected"] = True
         if not record.parse_error:
             body["estimate"] = estimate_body(cache, key, now)
-    elif state == "Failed" and record.failed_reason:
+    elif state == gangstate.FAILED and record.failed_reason:
         code, _, message = record.failed_reason.partition(": ")
         body["reason"] = {"code": code, "message": message or code}
     return body

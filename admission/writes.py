@@ -30,6 +30,7 @@ from admission.pinning import (
     encode_placement,
     pinned_affinity,
 )
+from policies import gangstate
 from policies.kinds.fields import pointer
 from policies.vocabulary import (
     ADMITTED,
@@ -235,7 +236,7 @@ class Writer:
             EVICTED_REASON: reason,
         }
         if failed:
-            annotations[STATE] = "Failed"
+            annotations[STATE] = gangstate.FAILED
         body = {"metadata": {"uid": job.uid, "annotations": annotations}, "spec": {"suspend": True}}
         outcome = self._merge(job, body, "evict")
         if outcome == "ok":
@@ -369,7 +370,7 @@ class Writer:
     def mark_failed(self, job: JobRef, reason: str) -> Outcome:
         """Give up on a suspended gang that can never be admitted: `muster.dev/state: Failed`
         and why (`muster.dev/failed-reason`); it stays suspended and counts nowhere."""
-        annotations = {STATE: "Failed", FAILED_REASON: reason}
+        annotations = {STATE: gangstate.FAILED, FAILED_REASON: reason}
         body = {"metadata": {"uid": job.uid, "annotations": annotations}}
         return self._merge(job, body, "fail")
 

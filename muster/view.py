@@ -37,7 +37,7 @@ from admission.status import (
     queue_positions,
     queue_status,
 )
-from policies import Decisions, PolicyError, format_quantity, plan
+from policies import Decisions, PolicyError, format_quantity, gangstate, plan
 from policies.vocabulary import QUEUE, SUBMITTED
 
 STATUS_URL_ENV = "MUSTER_STATUS_URL"
@@ -385,7 +385,7 @@ def plan_listing(
     now = time.time() if now is None else now
     for record in cache.jobs.values():
         # What the clog detector would have recorded: who reached their minimum of ready pods.
-        record.reached_min = record.admission is not None and record.state(now) == "Running"
+        record.reached_min = record.admission is not None and record.state(now) == gangstate.RUNNING
     refused = cache.refusals()
     snapshot = cache.snapshot(now, refused)
     try:

@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from policies.decisions import Reason
+from policies.decisions import Decisions, Reason
 from policies.model import AdmittedGang, Gang, Snapshot
 from policies.planner import Planner
 from policies.strategies import AdmissionPolicy
@@ -209,143 +209,199 @@ def _fast_forward(
     (0 low, 1 expected, 2 high); return when each pending gang (of ``only``, if given) is
     admitted. A gang with an unknown runtime never ends (``unknown_ends_at_once``: it ends as
     soon as it is admitted, or now: the counterfactual that shows who depends on it)."""
-    now = snapshot.now
-    planner = Planner(snapshot.nodes, snapshot.queues, policy)
-    ends: list[tuple[float, int, str]] = []  # (end time, admission number, gang id)
-    admitted_at_round: dict[str, int] = {}
-    unknown_running: dict[str, str] = {}  # gang id -> why its runtime is unknown
-    unknown_held: list[tuple[float, AdmittedGang, str]] = []
-    counter = 0
+    run = _FastForward(snapshot, runtimes, pick, later, policy, only, unknown_ends_at_once)
+    run.run(horizon, max_rounds)
+    return _Outcome(run.starts, run.stalled(horizon, max_rounds), run.waits_for, run.unknown_held)
 
-    def end_of(gang_id: str, start: float) -> float | None:
-        runtime = runtimes.get(gang_id)
+
+class _FastForward:
+    """One fast-forward of a `Planner` (`_fast_forward`): the gangs admitted in it and when
+    they end, the gangs still waiting, and what became of them."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        runtimes: Mapping[str, Runtime],
+        pick: int,
+        later: Sequence[tuple[Gang, float]],
+        policy: str | AdmissionPolicy,
+        only: frozenset[str] | None,
+        unknown_ends_at_once: bool,
+    ) -> None:
+        self.snapshot = snapshot
+        self.runtimes = runtimes
+        self.pick = pick
+        self.unknown_ends_at_once = unknown_ends_at_once
+        self.now = now = snapshot.now
+        self.planner = planner = Planner(snapshot.nodes, snapshot.queues, policy)
+        self.ends: list[tuple[float, int, str]] = []  # (end time, admission number, gang id)
+        self.admitted_at_round: dict[str, int] = {}
+        self.unknown_running: dict[str, str] = {}  # gang id -> why its runtime is unknown
+        self.unknown_held: list[tuple[float, AdmittedGang, str]] = []
+        self.counter = 0
+        for admitted in snapshot.admitted:
+            # A gang still starting counts as running: the fast-forward assumes it reaches its
+            # minimum (else no other big gang would ever be admitted after it).
+            planner.add_admitted(admitted if admitted.running else replace(admitted, running=True))
+            self._will_end(admitted, admitted.admitted_at, at_least=now, since=now)
+        for gang in snapshot.pending:
+            planner.add_pending(gang)
+        self.arrivals = sorted(later, key=lambda item: item[1])
+        self.arrivals_at = 0
+        waiting = {gang.id for gang in snapshot.pending} | {gang.id for gang, _ in self.arrivals}
+        if only is not None:
+            waiting &= only  # the fast-forward ends when these are placed
+        self.waiting = waiting
+        # Elastic gangs may be admitted smaller once their elasticAfter has passed.
+        self.wakes = sorted(
+            gang.submitted.time + gang.elastic_after
+            for gang in [*snapshot.pending, *(g for g, _ in later)]
+            if gang.elastic and gang.elastic_after > 0
+        )
+        self.starts: dict[str, float] = {}
+        self.rejected: dict[str, str] = {}
+        self.waits_for: dict[str, tuple[str, ...]] = {}
+        self.rounds = 0
+        self.last_reasons: Mapping[str, Reason] = {}
+
+    def _end_of(self, gang_id: str, start: float) -> float | None:
+        runtime = self.runtimes.get(gang_id)
         if runtime is None or not runtime.known:
-            if unknown_ends_at_once:
+            if self.unknown_ends_at_once:
                 return start
-            unknown_running[gang_id] = runtime.why if runtime is not None else "unknown runtime"
+            self.unknown_running[gang_id] = (
+                runtime.why if runtime is not None else "unknown runtime"
+            )
             return None
-        value = (runtime.low, runtime.expected, runtime.high)[pick]
+        value = (runtime.low, runtime.expected, runtime.high)[self.pick]
         assert value is not None
         return start + value
 
-    for admitted in snapshot.admitted:
-        # A gang still starting counts as running: the fast-forward assumes it reaches its
-        # minimum (else no other big gang would ever be admitted after it).
-        planner.add_admitted(admitted if admitted.running else replace(admitted, running=True))
-        end = end_of(admitted.gang.id, admitted.admitted_at)
+    def _will_end(
+        self, admitted: AdmittedGang, start: float, *, at_least: float, since: float
+    ) -> None:
+        """Schedule the end of ``admitted`` (started at ``start``, ending no sooner than
+        ``at_least``), or hold it for good if its runtime is unknown (held ``since``)."""
+        gang_id = admitted.gang.id
+        end = self._end_of(gang_id, start)
         if end is not None:
-            counter += 1
-            heapq.heappush(ends, (max(end, now), counter, admitted.gang.id))
-            admitted_at_round[admitted.gang.id] = counter
-        elif admitted.gang.id in unknown_running:
-            unknown_held.append((now, admitted, unknown_running[admitted.gang.id]))
-    for gang in snapshot.pending:
-        planner.add_pending(gang)
-    arrivals = sorted(later, key=lambda item: item[1])
-    arrivals_at = 0
-    waiting = {gang.id for gang in snapshot.pending} | {gang.id for gang, _ in arrivals}
-    if only is not None:
-        waiting &= only  # the fast-forward ends when these are placed
-    # Elastic gangs may be admitted smaller once their elasticAfter has passed.
-    wakes = sorted(
-        gang.submitted.time + gang.elastic_after
-        for gang in [*snapshot.pending, *(g for g, _ in later)]
-        if gang.elastic and gang.elastic_after > 0
-    )
-    starts: dict[str, float] = {}
-    stalled: dict[str, str] = {}
-    waits_for: dict[str, tuple[str, ...]] = {}
-    t = now
-    rounds = 0
-    last_reasons: Mapping[str, Reason] = {}
-    end_of_time = now + horizon
-    while waiting:
-        while arrivals_at < len(arrivals) and arrivals[arrivals_at][1] <= t:
-            planner.add_pending(arrivals[arrivals_at][0])
-            arrivals_at += 1
-        rounds += 1
-        decisions = planner.plan(t)
+            self.counter += 1
+            heapq.heappush(self.ends, (max(end, at_least), self.counter, gang_id))
+            self.admitted_at_round[gang_id] = self.counter
+        elif gang_id in self.unknown_running:
+            self.unknown_held.append((since, admitted, self.unknown_running[gang_id]))
+
+    def run(self, horizon: float, max_rounds: int) -> None:
+        """Plan, end gangs, plan again, until every waiting gang is placed, nothing is left
+        to happen, ``max_rounds`` plans were made or the next event is past ``horizon``."""
+        planner = self.planner
+        arrivals = self.arrivals
+        t = self.now
+        end_of_time = self.now + horizon
+        while self.waiting:
+            while self.arrivals_at < len(arrivals) and arrivals[self.arrivals_at][1] <= t:
+                planner.add_pending(arrivals[self.arrivals_at][0])
+                self.arrivals_at += 1
+            self.rounds += 1
+            decisions = planner.plan(t)
+            self._apply(decisions, t)
+            if not self.waiting:
+                break
+            self.last_reasons = decisions.pending
+            step = self._next_event(t)
+            if step is None or self.rounds >= max_rounds:
+                break
+            if step > end_of_time:
+                break
+            t = self._end_gangs(max(t, step))
+
+    def _apply(self, decisions: Decisions, t: float) -> None:
+        planner = self.planner
+        waiting = self.waiting
         for gang_id in decisions.preempted:
             victim = planner.remove_admitted(gang_id)
-            admitted_at_round.pop(gang_id, None)
-            unknown_running.pop(gang_id, None)
+            self.admitted_at_round.pop(gang_id, None)
+            self.unknown_running.pop(gang_id, None)
             planner.add_pending(replace(victim.gang, preemptions=victim.gang.preemptions + 1))
         for admission in decisions.admitted:
             gang = planner.remove_pending(admission.gang_id)
             record = AdmittedGang(gang, admission.size, admission.placement, t, True)
             planner.add_admitted(record)
-            if gang.id in waiting and gang.id not in starts:
-                starts[gang.id] = t
+            if gang.id in waiting and gang.id not in self.starts:
+                self.starts[gang.id] = t
                 waiting.discard(gang.id)
-            end = end_of(gang.id, t)
-            if end is not None:
-                counter += 1
-                heapq.heappush(ends, (end, counter, gang.id))
-                admitted_at_round[gang.id] = counter
-            elif gang.id in unknown_running:
-                unknown_held.append((t, record, unknown_running[gang.id]))
+            self._will_end(record, t, at_least=-math.inf, since=t)
         for gang_id, reason in decisions.rejected.items():
             planner.remove_pending(gang_id)
             if gang_id in waiting:
                 waiting.discard(gang_id)
-                stalled[gang_id] = f"it can never be admitted as it is: {reason.message}"
-        if not waiting:
-            break
-        last_reasons = decisions.pending
-        # Next: the next end (and every end close to it), a gang's requeue, an elastic timer.
+                self.rejected[gang_id] = f"it can never be admitted as it is: {reason.message}"
+
+    def _next_event(self, t: float) -> float | None:
+        """Next: the next end (and every end close to it), a gang's requeue, an elastic
+        timer; None when nothing is left to happen."""
         candidates = []
-        if ends:
-            candidates.append(ends[0][0])
-        if arrivals_at < len(arrivals):
-            candidates.append(arrivals[arrivals_at][1])
-        at = bisect.bisect_right(wakes, t)
-        if at < len(wakes):
-            candidates.append(wakes[at])
-        if not candidates or rounds >= max_rounds:
-            break
-        step = min(candidates)
-        if step > end_of_time:
-            break
-        t = max(t, step)
-        window = t + max(1.0, RESOLUTION * (t - now))
+        if self.ends:
+            candidates.append(self.ends[0][0])
+        if self.arrivals_at < len(self.arrivals):
+            candidates.append(self.arrivals[self.arrivals_at][1])
+        at = bisect.bisect_right(self.wakes, t)
+        if at < len(self.wakes):
+            candidates.append(self.wakes[at])
+        return min(candidates) if candidates else None
+
+    def _end_gangs(self, t: float) -> float:
+        """End every gang due by ``t`` (and those close after it); returns the time now."""
+        ends = self.ends
+        window = t + max(1.0, RESOLUTION * (t - self.now))
         while ends and ends[0][0] <= window:
             end, number, gang_id = heapq.heappop(ends)
-            if admitted_at_round.get(gang_id) != number:
+            if self.admitted_at_round.get(gang_id) != number:
                 continue  # preempted since
-            del admitted_at_round[gang_id]
-            planner.remove_admitted(gang_id)
+            del self.admitted_at_round[gang_id]
+            self.planner.remove_admitted(gang_id)
             t = max(t, end)
-    running = {a.gang.id for a in snapshot.admitted}
-    held = sorted(
-        (a for a in planner.admitted.values() if a.gang.id in unknown_running),
-        key=lambda a: (a.admitted_at, a.gang.id),
-    )
-    by_queue: dict[str, tuple[str, ...]] = {}
-    for gang_id in waiting:
-        if gang_id in stalled:
-            continue
-        if rounds >= max_rounds:
-            stalled[gang_id] = f"not placed within {max_rounds} plans of the fast-forward"
-            continue
-        if ends or arrivals_at < len(arrivals):
-            stalled[gang_id] = f"not admitted within {horizon / 3600:g}h of now in the fast-forward"
-            continue
-        pending = planner.pending.get(gang_id)
-        queue = pending.queue if pending is not None else ""
-        blockers = by_queue.get(queue)
-        if blockers is None:
-            blockers = by_queue[queue] = _nearest(held, queue, snapshot)
-        if blockers:
-            first = blockers[0]
-            who = f"running gang {first}" if first in running else f"gang {first}, ahead of it,"
-            more = f" (and {len(blockers) - 1} more)" if len(blockers) > 1 else ""
-            stalled[gang_id] = f"{who}{more} has {unknown_running[first]}"
-            waits_for[gang_id] = blockers
-        else:
-            last = last_reasons.get(gang_id)
-            why = last.message if last is not None else "nothing that ends lets it in"
-            stalled[gang_id] = f"no gang that ends makes room for it: {why}"
-    return _Outcome(starts, stalled, waits_for, unknown_held)
+        return t
+
+    def stalled(self, horizon: float, max_rounds: int) -> dict[str, str]:
+        """Why each gang still waiting was not placed (gang id -> why); fills ``waits_for``
+        with the gangs of unknown runtime it waits for."""
+        stalled = dict(self.rejected)
+        snapshot = self.snapshot
+        unknown_running = self.unknown_running
+        running = {a.gang.id for a in snapshot.admitted}
+        held = sorted(
+            (a for a in self.planner.admitted.values() if a.gang.id in unknown_running),
+            key=lambda a: (a.admitted_at, a.gang.id),
+        )
+        by_queue: dict[str, tuple[str, ...]] = {}
+        for gang_id in self.waiting:
+            if gang_id in stalled:
+                continue
+            if self.rounds >= max_rounds:
+                stalled[gang_id] = f"not placed within {max_rounds} plans of the fast-forward"
+                continue
+            if self.ends or self.arrivals_at < len(self.arrivals):
+                stalled[gang_id] = (
+                    f"not admitted within {horizon / 3600:g}h of now in the fast-forward"
+                )
+                continue
+            pending = self.planner.pending.get(gang_id)
+            queue = pending.queue if pending is not None else ""
+            blockers = by_queue.get(queue)
+            if blockers is None:
+                blockers = by_queue[queue] = _nearest(held, queue, snapshot)
+            if blockers:
+                first = blockers[0]
+                who = f"running gang {first}" if first in running else f"gang {first}, ahead of it,"
+                more = f" (and {len(blockers) - 1} more)" if len(blockers) > 1 else ""
+                stalled[gang_id] = f"{who}{more} has {unknown_running[first]}"
+                self.waits_for[gang_id] = blockers
+            else:
+                last = self.last_reasons.get(gang_id)
+                why = last.message if last is not None else "nothing that ends lets it in"
+                stalled[gang_id] = f"no gang that ends makes room for it: {why}"
+        return stalled
 
 
 def _nearest(held: Sequence[AdmittedGang], queue: str, snapshot: Snapshot) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from policies import gangstate
 from policies.model import PolicyError
 from policies.vocabulary import ADMITTED, QUEUE, STATE, SUBMITTED
 
@@ -36,7 +37,7 @@ def job_finished(status: Mapping[str, Any]) -> bool:
 def marked_failed(annotations: Mapping[str, str]) -> bool:
     """muster gave up on the gang (`muster.dev/state: Failed`, past its backoff limit): it
     stays suspended, and counts neither as pending nor as admitted."""
-    return annotations.get(STATE) == "Failed"
+    return annotations.get(STATE) == gangstate.FAILED
 
 
 def job_pending(body: Mapping[str, Any]) -> bool:

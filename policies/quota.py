@@ -74,6 +74,13 @@ class QuotaState:
             self.governed[root] = [i for i, r in enumerate(names) if r in named[root]]
             self.version[root] = 0
 
+        self._sum_subtrees(tree, names)
+        self._index_paths(width)
+        self._root = {name: path[-1] for name, path in self.path.items()}
+
+    def _sum_subtrees(self, tree: QueueTree, names: Sequence[str]) -> None:
+        """Each queue's subtree quota, guaranteed (unlent) quota and borrowing limit."""
+        width = len(names)
         # Children before parents, so subtree quotas can be summed bottom-up.
         for name in reversed(list(nx.topological_sort(tree.graph))):
             queue = tree[name]
@@ -95,6 +102,9 @@ class QuotaState:
                 borrowing[r] if borrowing is not None and r in borrowing else INF for r in names
             ]
             self.usage[name] = [0] * width
+
+    def _index_paths(self, width: int) -> None:
+        """Per queue, the lists `available` and `add` walk along its path to the root."""
         # Per queue, what available() reads: per governed resource i, the root's subtree quota,
         # the root's usage list, and top-down for each level below the root: (its subtree minus
         # guaranteed quota, guaranteed quota, usage list, borrowing limit) for resource i.
@@ -132,7 +142,6 @@ class QuotaState:
                 [self.usage[q] for q in path],
                 bytes(all(self.guaranteed[q][i] == 0 for q in path) for i in range(width)),
             )
-        self._root = {name: path[-1] for name, path in self.path.items()}
 
     def add(self, queue: str, demand: Iterable[tuple[int, int]]) -> None:
         """Account ``demand`` ((resource index, amount) pairs) to ``queue`` and roll the

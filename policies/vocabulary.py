@@ -43,8 +43,8 @@ preemption has no backoff and does not count toward the backoff limit)."""
 PREEMPTED_BY: Final = "muster.dev/preempted-by"
 """Annotation written at preemption: the planner's message, naming the preemptor and the rule."""
 STATE: Final = "muster.dev/state"
-"""Annotation: Failed once the backoff limit is reached, or once the gang has been rejected
-(it can never be admitted) for the controller's grace."""
+"""Annotation: Failed (`policies.gangstate.FAILED`) once the backoff limit is reached, or once
+the gang has been rejected (it can never be admitted) for the controller's grace."""
 FAILED_REASON: Final = "muster.dev/failed-reason"
 """Annotation written with `STATE: Failed` for a gang that can never be admitted: the planner's
 reason code and message (e.g. `NeverFits: never fits: needs 40 cpu, ...`)."""

@@ -32,20 +32,14 @@ from typing import Any
 
 from admission.gangs import parse_admitted, parse_time
 from policies import Gang
-from policies.vocabulary import (
+from policies.phase import marked_failed
+from policies.vocabulary import ADMITTED as ADMITTED_ANNOTATION
+from policies.vocabulary import EVICTED_REASON, EVICTIONS, GANG, PREEMPTIONS, REQUEUE_AT
+from simulator.records import (
     ADMITTED,
-    EVICTED_REASON,
-    EVICTIONS,
-    GANG,
-    PREEMPTIONS,
-    REQUEUE_AT,
-    STATE,
-)
-from simulator.engine import (
-    BACKOFF,
+    BACKING_OFF,
     FAILED,
     FINISHED,
-    HOLDING,
     PENDING,
     RUNNING,
     STUCK,
@@ -53,6 +47,7 @@ from simulator.engine import (
     Admission,
     EngineResult,
     GangRecord,
+    GangState,
     Incident,
     Sample,
 )
@@ -301,7 +296,7 @@ class Timeline:
         annotations: Mapping[str, str] = meta.get("annotations") or {}
         changed = False
         evictions = _int(annotations.get(EVICTIONS))
-        failed = annotations.get(STATE) == "Failed"
+        failed = marked_failed(annotations)
         if evictions > seen.evictions:
             reason = annotations.get(EVICTED_REASON, "")
             queue = self.queue_names[record.queue]
@@ -329,7 +324,7 @@ class Timeline:
                 seen.requeue_at = parse_time(annotations[REQUEUE_AT])
             except ValueError:
                 seen.requeue_at = 0.0
-        admitted = annotations.get(ADMITTED)
+        admitted = annotations.get(ADMITTED_ANNOTATION)
         if admitted is not None and admitted != seen.admission:
             try:
                 at, size = parse_admitted(admitted)
@@ -364,12 +359,13 @@ class Timeline:
             )
             self._set_state(record, FAILED, now)
             return True
+        state: GangState
         if seen.run_started is not None:
             state = RUNNING
         elif admitted is not None:
-            state = HOLDING
+            state = ADMITTED
         elif seen.requeue_at > wall:
-            state = BACKOFF
+            state = BACKING_OFF
         else:
             state = PENDING
         if state != record.state:
@@ -402,17 +398,18 @@ class Timeline:
             record.reason = "JobFailed: the Job controller marked the Job Failed"
             self._set_state(record, FAILED, now)
             return True
+        state: GangState
         if seen.run_started is not None:
             state = RUNNING
         elif seen.bound:
-            state = HOLDING
+            state = ADMITTED
         else:
             state = PENDING
         if state != record.state:
             self._set_state(record, state, now)
             changed = True
         if (
-            state == HOLDING
+            state == ADMITTED
             and not record.clogs
             and seen.first_bound is not None
             and now >= seen.first_bound + record.clog_timeout
@@ -438,7 +435,7 @@ class Timeline:
         seen_done = now if seen.completed is None else min(self.trace_time(seen.completed), now)
         return max(self.trace_time(seen.run_ends), seen_done)
 
-    def _set_state(self, record: GangRecord, state: int, at: float) -> None:
+    def _set_state(self, record: GangRecord, state: GangState, at: float) -> None:
         if state in (FINISHED, FAILED) and record.state not in (FINISHED, FAILED):
             self.done += 1
         record.state = state
@@ -455,9 +452,9 @@ class Timeline:
         within its clog timeout (the controller would evict it). Used with a stall time."""
         for record in self.gangs:
             state = record.state
-            if state in (WAITING, RUNNING, BACKOFF):
+            if state in (WAITING, RUNNING, BACKING_OFF):
                 return False
-            if self.muster and state == HOLDING:
+            if self.muster and state == ADMITTED:
                 admitted = record.admitted_at
                 timeout = self.evict_after[record.gang.queue]
                 if admitted is None or self.trace_time(wall) < admitted + timeout:
@@ -493,7 +490,7 @@ class Timeline:
         return out
 
     def pending(self) -> list[GangRecord]:
-        return [r for r in self.gangs if r.state in (PENDING, BACKOFF)]
+        return [r for r in self.gangs if r.state in (PENDING, BACKING_OFF)]
 
     # ------------------------------------------------------------------ samples and result
 
@@ -510,10 +507,10 @@ class Timeline:
             q, state, seen = record.queue, record.state, self.seen[record.index]
             if state in (WAITING, FINISHED, FAILED, STUCK):
                 continue
-            if state in (PENDING, BACKOFF):
+            if state in (PENDING, BACKING_OFF):
                 pending[q] += 1
                 need = record.gang.size
-            elif state == HOLDING:
+            elif state == ADMITTED:
                 holding[q] += 1
                 target = record.admitted_size if self.muster else record.gang.size
                 need = max((target or record.gang.size) - seen.bound, 0)
@@ -576,7 +573,7 @@ class Timeline:
             if (
                 not self.muster
                 and not horizon_reached
-                and record.state == HOLDING
+                and record.state == ADMITTED
                 and not record.clogs
                 and seen.first_bound is not None
             ):
@@ -645,12 +642,12 @@ class Timeline:
         seen = self.seen[record.index]
         if record.state == WAITING:
             return "NotSubmitted: submission time is past the horizon"
-        if record.state == HOLDING:
+        if record.state == ADMITTED:
             return (
                 f"Clogged: {seen.bound} of min {record.gang.min} pods bound, "
                 f"{seen.running} running, {when}"
             )
-        if record.state == BACKOFF:
+        if record.state == BACKING_OFF:
             return f"BackingOff: evicted {record.evictions} times ({when})"
         if self.muster:
             return f"Pending: not admitted ({when})"

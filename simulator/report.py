@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from policies.gangstate import CSV_NAMES
 from policies.history import HistoryRow, write_csv
-from simulator.engine import (
+from simulator.records import (
     FAILED,
     FINISHED,
-    STATE_NAMES,
     STUCK,
     EngineResult,
     GangRecord,
@@ -160,7 +160,7 @@ def gang_rows(result: EngineResult) -> list[HistoryRow]:
             admitted=r.first_admitted,
             started=r.started,
             finished=r.finished,
-            state=STATE_NAMES[r.state],
+            state=CSV_NAMES[r.state],
             requests=r.gang.pod_requests,
             evictions=r.evictions,
             preemptions=r.preemptions,

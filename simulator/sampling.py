@@ -1,5 +1,7 @@
 """The figures a simulator sample holds, from per-queue usage vectors: one computation for the
-in-process engine (`simulator.engine`) and the kwok engine's timeline (`simulator.kwok_timeline`).
+in-process engine (`simulator.engine`) and the kwok engine's timeline (`simulator.kwok_timeline`);
+and the in-process engine's `Meter`, which keeps those vectors up to date as gangs change and
+samples them.
 
 Vectors are per queue, one amount per resource (the engines' resource order); `capacity` is
 the cluster's total in the same order and `util` the index of the resource utilization is
@@ -10,6 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from simulator.records import (
+    ADMITTED,
+    BACKING_OFF,
+    PENDING,
+    RUNNING,
+    STATES,
+    GangRecord,
+    Sample,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +88,104 @@ def water_fill(demands: Sequence[float], weights: Sequence[float], total: float)
             remaining -= demands[i]
         active = [i for i in active if i not in satisfied]
     return fair
+
+
+class Meter:
+    """The in-process engine's metrics: per queue, gangs in each state and the requests of
+    bound pods (``held``), of running gangs' pods (``running_use``) and of pods still needing a
+    node (``waiting``), kept as gangs change; sampled once per instant, with the time integrals
+    of utilization, allocation and fairness error behind the run's means."""
+
+    def __init__(
+        self,
+        queues: int,
+        resources: int,
+        capacity: Sequence[int],
+        util_r: int,
+        util_scale: float,
+        weights: Sequence[float],
+        record: bool,
+    ) -> None:
+        self.capacity = capacity
+        self.util_r = util_r
+        self.util_scale = util_scale
+        self.weights = weights
+        self.record = record
+        self.state_count = [dict.fromkeys(STATES, 0) for _ in range(queues)]
+        self.held = [[0] * resources for _ in range(queues)]  # bound pods' requests
+        self.running_use = [[0] * resources for _ in range(queues)]  # running gangs' pods'
+        self.waiting = [[0] * resources for _ in range(queues)]  # pods still needing a node
+        self.dirty = True
+        self.samples: list[Sample] = []
+        self.integral_util = 0.0
+        self.integral_alloc = 0.0
+        self.integral_fair = 0.0
+        self._last_sample_time: float | None = None
+        self._last_values = (0.0, 0.0, 0.0)
+        self.integrals_at_progress = (0.0, 0.0, 0.0)
+
+    def set_waiting(self, record: GangRecord, pods: int) -> None:
+        """``record`` has ``pods`` pods that still need a node."""
+        delta = pods - record.waiting_pods
+        if delta:
+            vector = self.waiting[record.queue]
+            for r, amount in record.request:
+                vector[r] += amount * delta
+            record.waiting_pods = pods
+
+    def hold(self, record: GangRecord, pods: int) -> None:
+        """``pods`` more pods of ``record`` are bound (``pods`` < 0: fewer)."""
+        held = self.held[record.queue]
+        for r, amount in record.request:
+            held[r] += amount * pods
+        self.dirty = True
+
+    def run(self, record: GangRecord, sign: int) -> None:
+        """``record``'s bound pods start (``sign`` 1) or stop (-1) counting as running."""
+        running = self.running_use[record.queue]
+        for r, amount in record.request:
+            running[r] += sign * amount * record.bound_pods
+
+    def sample(self, now: float, last_progress: float, *, final: bool = False) -> None:
+        """The cluster at ``now``, after that instant's events and decisions."""
+        last = self._last_sample_time
+        if last is not None and now > last:
+            u, a, f = self._last_values
+            dt = now - last
+            self.integral_util += u * dt
+            self.integral_alloc += a * dt
+            self.integral_fair += f * dt
+        self._last_sample_time = now
+        if now == last_progress:
+            # Means are taken up to the last change of state (a stuck cluster ends there).
+            self.integrals_at_progress = (
+                self.integral_util,
+                self.integral_alloc,
+                self.integral_fair,
+            )
+        if not self.dirty and not final:
+            return
+        self.dirty = False
+        ur = self.util_r
+        got = figures(self.running_use, self.held, self.waiting, self.capacity, ur, self.weights)
+        util, alloc, error = got.utilization, got.allocation, got.fairness_error
+        self._last_values = (util, alloc, error)
+        if not self.record:
+            return
+        counts = self.state_count
+        sample = Sample(
+            time=now,
+            utilization=util,
+            allocation=alloc,
+            fairness_error=error,
+            pending=tuple(c[PENDING] + c[BACKING_OFF] for c in counts),
+            holding=tuple(c[ADMITTED] for c in counts),
+            running=tuple(c[RUNNING] for c in counts),
+            usage=tuple(v[ur] / self.util_scale for v in self.held),
+            share=got.shares,
+            fair_share=got.fair,
+        )
+        if self.samples and self.samples[-1].time == now:
+            self.samples[-1] = sample
+        else:
+            self.samples.append(sample)

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from admission.gangs import format_admitted, job_record, node_from, queue_from
-from policies import Preemption, Resources, SizeRatio
+from policies import Preemption, Resources, SizeRatio, gangstate
+from policies.gangstate import GangState
 from policies.vocabulary import (
     ADMITTED,
     EVICTED_REASON,
@@ -24,7 +25,7 @@ from policies.vocabulary import (
     SUBMITTED,
 )
 from simulator.controlplane.minicluster import job_for
-from simulator.engine import FAILED, FINISHED, HOLDING, PENDING, RUNNING, STUCK
+from simulator.engine import FAILED, FINISHED, PENDING, RUNNING, STUCK, GangRecord
 from simulator.kwok_objects import (
     SIM_RUN,
     gang_object,
@@ -79,6 +80,11 @@ TRACE: dict[str, Any] = {
         },
     ],
 }
+
+
+def _state(record: GangRecord) -> GangState:
+    """The gang's state now (a call, so mypy does not narrow it across observations)."""
+    return record.state
 
 
 def test_priority_and_elastic_wait_are_replayed_in_muster_annotations() -> None:
@@ -261,26 +267,26 @@ def test_timeline_records_a_muster_gang_in_trace_time() -> None:
     timeline.submitted(0, 1000.0)
     timeline.submitted(1, 1000.4)
     assert timeline.observe(1000.5, [], [])
-    assert first.state == PENDING and second.submitted == pytest.approx(10.0)
+    assert _state(first) == PENDING and second.submitted == pytest.approx(10.0)
     admitted = {ADMITTED: format_admitted(1001.0, first.gang.size)}
     timeline.observe(1001.2, [_job("ns", name, admitted)], [_pod("ns", name, "n1", "Pending")])
-    assert first.state == HOLDING and first.first_admitted == pytest.approx(25.0)
+    assert _state(first) == gangstate.ADMITTED and first.first_admitted == pytest.approx(25.0)
     timeline.run_started(("ns", name), 1002.0, 1002.0 + first.runtime / 25)
     timeline.observe(1002.1, [_job("ns", name, admitted)], [_pod("ns", name, "n1", "Running")])
-    assert first.state == RUNNING and first.started == pytest.approx(50.0)
+    assert _state(first) == RUNNING and first.started == pytest.approx(50.0)
     done = 1002.0 + first.runtime / 25
     timeline.observe(done - 0.1, [_job("ns", name, admitted)], [_pod("ns", name, "n1", "Running")])
     timeline.observe(done + 0.05, [_job("ns", name, admitted)], [])  # kwok completed the pods
-    assert first.state == RUNNING
+    assert _state(first) == RUNNING
     timeline.observe(done + 0.3, [_job("ns", name, admitted, complete=True)], [])
     # Finished when the pods were seen completed, not when the Job controller said so.
-    assert first.state == FINISHED
+    assert _state(first) == FINISHED
     assert first.finished == pytest.approx(50.0 + first.runtime + 0.05 * 25)
     # The second gang: evicted twice (clogged), the second time past its limit.
     other = second.gang.submitted.name
     evicted = {EVICTIONS: "2", EVICTED_REASON: "Clogged", STATE: "Failed"}
     timeline.observe(done + 1, [_job("ns", other, evicted)], [])
-    assert second.state == FAILED and second.evictions == 2 and second.clogs == 2
+    assert _state(second) == FAILED and second.evictions == 2 and second.clogs == 2
     assert [i.kind for i in timeline.incidents] == ["clog", "evict", "clog", "fail"]
     assert timeline.finished()
     result = timeline.result(stuck_reasons={}, horizon_reached=False, end_wall=0, wall_seconds=1)
@@ -300,13 +306,13 @@ def test_timeline_counts_a_clog_once_without_admission() -> None:
     timeline.submitted(0, 0.0)
     pods = [_pod("ns", name, "n1", "Running"), _pod("ns", name, None, "Pending")]
     timeline.observe(1.0, [_job("ns", name, {})], pods)
-    assert gang.state == HOLDING and gang.clogs == 0
+    assert _state(gang) == gangstate.ADMITTED and gang.clogs == 0
     timeline.observe(1.0 + gang.clog_timeout / 25, [_job("ns", name, {})], pods)
     timeline.observe(2.0 + gang.clog_timeout / 25, [_job("ns", name, {})], pods)
     assert gang.clogs == 1 and [i.kind for i in timeline.incidents] == ["clog"]
     assert timeline.quiet(100.0)
     result = timeline.result(stuck_reasons={}, horizon_reached=False, end_wall=0, wall_seconds=1)
-    assert gang.state == STUCK and gang.reason.startswith("Clogged: 1 of min")
+    assert _state(gang) == STUCK and gang.reason.startswith("Clogged: 1 of min")
     assert result.gangs[0].first_admitted is None
 
 
@@ -318,9 +324,9 @@ def test_a_holding_gang_still_stuck_at_the_end_counts_its_clog() -> None:
     name = gang.gang.submitted.name
     timeline.submitted(0, 0.0)
     timeline.observe(1.0, [_job("ns", name, {})], [_pod("ns", name, "n1", "Running")])
-    assert gang.state == HOLDING and gang.clogs == 0
+    assert _state(gang) == gangstate.ADMITTED and gang.clogs == 0
     result = timeline.result(stuck_reasons={}, horizon_reached=False, end_wall=0, wall_seconds=1)
-    assert gang.state == STUCK and gang.clogs == 1
+    assert _state(gang) == STUCK and gang.clogs == 1
     assert result.incidents[0].time == pytest.approx(25.0 + gang.clog_timeout)
     assert result.end == pytest.approx(25.0 + gang.clog_timeout)
 

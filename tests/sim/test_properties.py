@@ -6,9 +6,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator.engine import (
+    ADMITTED,
     FAILED,
     FINISHED,
-    HOLDING,
     STUCK,
     EngineConfig,
     EngineResult,
@@ -100,7 +100,7 @@ def test_none_never_holds_a_clogged_gang_without_counting_it(trace: Trace) -> No
     for r in result.gangs:
         if r.state == STUCK and r.bound_pods:
             assert r.clogs == 1
-        assert r.state != HOLDING
+        assert r.state != ADMITTED
 
 
 @st.composite

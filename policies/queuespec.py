@@ -1,0 +1,116 @@
+"""The one reader of a Queue's spec, as a cluster admin writes it in a Queue object
+(`admission.gangs.queue_from`) or in a trace's `queues:` (`simulator.traceparse`).
+
+Strict: an unknown field, a value of the wrong type or out of range raises `PolicyError`
+naming the field, the value and what to write instead. The controller keeps a Queue it cannot
+read out of the planner and says why (`admission.cache.Cache.apply_queue`); a trace with one
+does not load. `spec.limits` (the webhook's) and `spec.namespaceSelector` (the controller's)
+have their own readers; this one only accepts them as known fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from policies import fields
+from policies.model import Backoff, PolicyError, Queue, SizeRatio
+from policies.preemption import parse_preemption
+
+QUEUE_SPEC_FIELDS: Final = (
+    "parent",
+    "weight",
+    "nominal",
+    "borrowingLimit",
+    "lendingLimit",
+    "strategy",
+    "sizeRatio",
+    "clogTimeout",
+    "backoff",
+    "nodeFit",
+    "preemption",
+    "limits",
+    "namespaceSelector",
+)
+"""Fields of a Queue's spec (the CRD's), in the order the docs list them."""
+
+DEFAULT_CLOG_TIMEOUT: Final = 300.0
+
+
+def parse_queue(
+    name: str,
+    spec: Mapping[str, Any],
+    where: str,
+    *,
+    known: tuple[str, ...] = QUEUE_SPEC_FIELDS,
+) -> Queue:
+    """The planner's `Queue` named ``name`` from its spec; ``where`` prefixes every error
+    (`queue "gpu": spec`, `queues[2] (gpu)`). ``known``: the fields the spec may hold."""
+    fields.mapping(spec, where, known)
+    parent = spec.get("parent")
+    if parent is not None:
+        parent = fields.string(parent, f"{where}.parent")
+    weight = fields.number(spec.get("weight", 1.0), f"{where}.weight")
+    if weight <= 0:
+        raise PolicyError(f"{where}.weight: {weight} must be positive, e.g. 1")
+    strategy = spec.get("strategy", "BestEffortFIFO")
+    if strategy not in ("BestEffortFIFO", "StrictFIFO"):
+        raise PolicyError(f"{where}.strategy: {strategy!r} is not BestEffortFIFO or StrictFIFO")
+    return Queue(
+        name=name,
+        parent=parent,
+        weight=weight,
+        nominal=fields.optional_resources(spec.get("nominal"), f"{where}.nominal"),
+        quota_names=frozenset(spec.get("nominal") or ()),
+        borrowing_limit=fields.optional_resources(
+            spec.get("borrowingLimit"), f"{where}.borrowingLimit"
+        ),
+        lending_limit=fields.optional_resources(spec.get("lendingLimit"), f"{where}.lendingLimit"),
+        strategy="StrictFIFO" if strategy == "StrictFIFO" else "BestEffortFIFO",
+        size_ratio=parse_size_ratio(spec, f"{where}.sizeRatio"),
+        clog_timeout=fields.duration(
+            spec.get("clogTimeout", DEFAULT_CLOG_TIMEOUT), f"{where}.clogTimeout"
+        ),
+        backoff=parse_backoff(spec.get("backoff"), f"{where}.backoff"),
+        node_fit=fields.boolean(spec.get("nodeFit", True), f"{where}.nodeFit"),
+        preemption=parse_preemption(spec.get("preemption"), f"{where}.preemption"),
+    )
+
+
+def parse_size_ratio(spec: Mapping[str, Any], where: str) -> SizeRatio | None:
+    """``sizeRatio``: absent = the default (0.1, Serialize); null or false = no size-ratio
+    rule; a number = that ratio; or ``{ratio, action}``."""
+    if "sizeRatio" not in spec:
+        return SizeRatio()
+    value = spec["sizeRatio"]
+    if value is None or value is False:
+        return None
+    if isinstance(value, bool):
+        raise PolicyError(
+            f"{where}: use a ratio such as 0.1, {{ratio: 0.1, action: Reject}}, or null"
+        )
+    if isinstance(value, int | float):
+        ratio, action = float(value), "Serialize"
+    else:
+        data = fields.mapping(value, where, ("ratio", "action"))
+        ratio = fields.number(data.get("ratio", 0.1), f"{where}.ratio")
+        action = data.get("action", "Serialize")
+        if action not in ("Serialize", "Reject"):
+            raise PolicyError(f"{where}.action: {action!r} is not Serialize or Reject")
+    if not 0 < ratio <= 1:
+        raise PolicyError(f"{where}.ratio: {ratio} must be in (0, 1], e.g. 0.1")
+    return SizeRatio(ratio=ratio, action="Reject" if action == "Reject" else "Serialize")
+
+
+def parse_backoff(value: object, where: str) -> Backoff:
+    """``backoff: {base, max, limit}``; absent = the default."""
+    if value is None:
+        return Backoff()
+    data = fields.mapping(value, where, ("base", "max", "limit"))
+    default = Backoff()
+    base = fields.duration(data.get("base", default.base), f"{where}.base")
+    maximum = fields.duration(data.get("max", default.max), f"{where}.max")
+    limit = fields.integer(data.get("limit", default.limit), f"{where}.limit", minimum=0)
+    if maximum < base:
+        raise PolicyError(f"{where}.max: {maximum}s is below base {base}s")
+    return Backoff(base=base, max=maximum, limit=limit)

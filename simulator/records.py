@@ -1,0 +1,191 @@
+"""What one in-process engine run holds and yields: its configuration, the record of each gang
+across its life (its state in the gang state vocabulary), pod classes, samples, incidents and
+the run's result. Shared by the in-process engine's parts (`simulator.engine`,
+`simulator.podscheduler`, `simulator.admitmodel`, `simulator.sampling`), the kwok engine's
+timeline and the reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from policies import Gang, Reason
+from policies.gangstate import (
+    ADMITTED,
+    BACKING_OFF,
+    FAILED,
+    FINISHED,
+    PENDING,
+    RUNNING,
+    STATES,
+    STUCK,
+    WAITING,
+    GangState,
+)
+
+Admission = Literal["muster", "none"]
+Placement = Literal["pinned", "scheduler"]
+PLACEMENTS: tuple[Placement, ...] = ("pinned", "scheduler")
+IncidentKind = Literal["clog", "evict", "fail", "preempt"]
+
+# The gang state vocabulary (`policies.gangstate`), here for the simulator's modules.
+__all__ = [
+    "ADMITTED",
+    "BACKING_OFF",
+    "FAILED",
+    "FINISHED",
+    "PENDING",
+    "PLACEMENTS",
+    "RUNNING",
+    "STATES",
+    "STUCK",
+    "WAITING",
+    "Admission",
+    "EngineConfig",
+    "EngineResult",
+    "GangRecord",
+    "GangState",
+    "Incident",
+    "IncidentKind",
+    "Placement",
+    "PodClass",
+    "ProgressFn",
+    "Sample",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """How to run one engine over a trace."""
+
+    admission: Admission = "muster"
+    seed: int = 0
+    policy: str = "drf"
+    lookahead: int = 1000
+    """Pending gangs per queue handed to the planner each cycle (queue order); 0 = all."""
+    admit_interval: float = 0.0
+    """Seconds between admission cycles; 0 = plan at every decision point."""
+    horizon: float | None = None
+    """Stop at this simulated time; None = the trace's horizon or its default."""
+    record: bool = True
+    """Keep per-instant time series (for queues.csv and plots)."""
+    check: bool = False
+    """Verify invariants after every instant (tests): no node overcommitted, counts agree."""
+    placement: Placement = "pinned"
+    """Where admitted gangs' pods go. ``pinned``: on the nodes the plan chose (the controller
+    pins them, issue 18). ``scheduler``: unpinned, as on a cluster whose controller does not
+    pin: the pod-level scheduler places every pod on the feasible node it scores best
+    (kube-scheduler's default scores, LeastAllocated and BalancedAllocation: spreading), pods
+    of gangs admitted in the same cycle interleave, and the planner sees where the pods are,
+    not the plan. Under ``none`` admission there is nothing to pin: ``scheduler`` only makes
+    its pod-level scheduler score nodes instead of taking the first fit."""
+
+
+@dataclass(slots=True)
+class GangRecord:
+    """The simulator's mutable view of one gang across its whole life."""
+
+    index: int
+    gang: Gang
+    queue: int
+    runtime: float
+    group: str
+    request: tuple[tuple[int, int], ...]  # (resource index, amount) of one pod, non-zero only
+    clog_timeout: float
+    state: GangState = WAITING
+    attempt: int = 0
+    first_admitted: float | None = None
+    admitted_at: float | None = None
+    started: float | None = None
+    finished: float | None = None
+    evictions: int = 0
+    preemptions: int = 0
+    clogs: int = 0
+    admitted_size: int = 0
+    bound: dict[int, int] = field(default_factory=dict)  # node index -> pods bound
+    plan: dict[int, int] | None = None  # placement "scheduler": node index -> pods planned
+    reserving: bool = False  # placement "scheduler": the planner still counts the plan
+    bound_pods: int = 0
+    running_pods: int = 0
+    waiting_pods: int = 0  # pods that still need a node (counted in the queue's demand)
+    in_pending_list: bool = False
+    pod_class: int = 0
+    queued_pods: int = 0  # live entries of this gang in the scheduler queue
+    reason: str = ""  # why it failed or is stuck
+    waiting_for: Reason | None = None  # the planner's last reason for not admitting it
+
+    @property
+    def submitted(self) -> float:
+        return self.gang.submitted.time
+
+
+@dataclass(slots=True)
+class PodClass:
+    """Pods the scheduler treats alike: same request, same eligible nodes."""
+
+    request: tuple[tuple[int, int], ...]
+    nodes: list[int]  # eligible node indices, ascending (the first-fit order)
+    cursor: int = 0  # nodes[:cursor] had no room for one pod of this class when last looked at
+    queued: int = 0  # live entries of this class in the scheduler queue
+    scores: dict[tuple[int, ...], int] = field(default_factory=dict)
+    """Placement "scheduler": node score by (node shape, free amounts of the scored resources)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The cluster at one instant (after that instant's events and decisions)."""
+
+    time: float
+    utilization: float  # share of the utilization resource held by running gangs
+    allocation: float  # share held by any bound pod (running or not)
+    fairness_error: float
+    pending: tuple[int, ...]  # per queue
+    holding: tuple[int, ...]
+    running: tuple[int, ...]
+    usage: tuple[float, ...]  # per queue, utilization resource held (display units, e.g. cores)
+    share: tuple[float, ...]  # per queue, dominant share held by running gangs
+    fair_share: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """A clog or an eviction, for the timeline plot."""
+
+    time: float
+    kind: IncidentKind
+    gang: str
+    queue: str
+
+
+@dataclass(slots=True)
+class EngineResult:
+    """Everything one engine run produced."""
+
+    admission: Admission
+    trace: str
+    seed: int
+    queues: tuple[str, ...]
+    gangs: list[GangRecord]
+    samples: list[Sample]
+    incidents: list[Incident]
+    utilization_resource: str
+    first_submit: float
+    end: float
+    utilization_mean: float
+    allocation_mean: float
+    fairness_error: float
+    events: int
+    plan_calls: int
+    plan_seconds: float
+    placement_misses: int
+    """Admitted pods not bound where the plan put them."""
+    wall_seconds: float
+    horizon_reached: bool
+    placement: Placement | None = None
+    """The in-process engine's placement model; None: not modelled (the kwok engine)."""
+
+
+ProgressFn = Callable[[float, int, int], None]
+"""progress(simulated time, events so far, gangs done so far)."""

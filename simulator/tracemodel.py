@@ -1,0 +1,232 @@
+"""The trace model: a cluster of node groups, queues, job groups and simulation settings, and
+its expansion into gangs in arrival order. Read by `simulator.traceparse`, CSV job lists by
+`simulator.tracecsv`; `simulator.trace` loads files and names the whole.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from policies import (
+    Backoff,
+    Gang,
+    Node,
+    Preemption,
+    Queue,
+    QueueTree,
+    Resources,
+    SizeRatio,
+    SubmitStamp,
+    Taint,
+    Toleration,
+)
+
+DEFAULT_TRACE = "blog-burst"
+"""The trace `muster sim` replays when given none (shipped in simulator/traces/)."""
+
+DEFAULT_POD_START_DELAY = 2.0
+"""Seconds from a pod being bound to a node to it running (image pull, container start)."""
+
+Kind = Literal["Job", "MiniCluster"]
+Strategy = Literal["BestEffortFIFO", "StrictFIFO"]
+
+
+class TraceError(ValueError):
+    """A trace that cannot run; the message names where (`jobs[2] (mc16).podRequests.cpu`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    """`count` identical nodes."""
+
+    count: int
+    allocatable: Resources
+    name: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """One queue as written in the trace (converted to `policies.Queue` by `to_queue`)."""
+
+    name: str
+    parent: str | None = None
+    weight: float = 1.0
+    nominal: Resources | None = None
+    quota_names: frozenset[str] = frozenset()
+    borrowing_limit: Resources | None = None
+    lending_limit: Resources | None = None
+    strategy: Strategy = "BestEffortFIFO"
+    size_ratio: SizeRatio | None = field(default_factory=SizeRatio)
+    clog_timeout: float = 300.0
+    backoff: Backoff = field(default_factory=Backoff)
+    node_fit: bool = True
+    preemption: Preemption = field(default_factory=Preemption)
+
+    @classmethod
+    def from_queue(cls, queue: Queue) -> QueueSpec:
+        return cls(
+            name=queue.name,
+            parent=queue.parent,
+            weight=queue.weight,
+            nominal=queue.nominal,
+            quota_names=queue.quota_names,
+            borrowing_limit=queue.borrowing_limit,
+            lending_limit=queue.lending_limit,
+            strategy=queue.strategy,
+            size_ratio=queue.size_ratio,
+            clog_timeout=queue.clog_timeout,
+            backoff=queue.backoff,
+            node_fit=queue.node_fit,
+            preemption=queue.preemption,
+        )
+
+    def to_queue(self) -> Queue:
+        return Queue(
+            name=self.name,
+            parent=self.parent,
+            weight=self.weight,
+            nominal=self.nominal,
+            quota_names=self.quota_names,
+            borrowing_limit=self.borrowing_limit,
+            lending_limit=self.lending_limit,
+            strategy=self.strategy,
+            size_ratio=self.size_ratio,
+            clog_timeout=self.clog_timeout,
+            backoff=self.backoff,
+            node_fit=self.node_fit,
+            preemption=self.preemption,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobGroup:
+    """`count` identical gangs `<name>-<i>`, submitted at `submit_at + i * submit_interval`."""
+
+    name: str
+    queue: str
+    size: int
+    pod_requests: Resources
+    runtime: float
+    count: int = 1
+    kind: Kind = "Job"
+    min_size: int | None = None
+    one_pod_per_node: bool = False
+    submit_at: float = 0.0
+    submit_interval: float = 0.0
+    priority: int = 0
+    namespace: str = "default"
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    elastic_after: float = 0.0
+    runtime_limit: float | None = None
+    """Seconds each gang may run once started (its Job's activeDeadlineSeconds); None = none."""
+
+    @property
+    def min(self) -> int:
+        return self.min_size if self.min_size is not None else self.size
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A whole trace: cluster, queues, job groups and simulation settings."""
+
+    name: str
+    node_groups: tuple[NodeGroup, ...]
+    queues: tuple[QueueSpec, ...]
+    jobs: tuple[JobGroup, ...]
+    pod_start_delay: float = DEFAULT_POD_START_DELAY
+    horizon: float | None = None
+    source: str = ""
+
+    @property
+    def gang_count(self) -> int:
+        return sum(group.count for group in self.jobs)
+
+    @property
+    def node_count(self) -> int:
+        return sum(group.count for group in self.node_groups)
+
+    @property
+    def pod_count(self) -> int:
+        return sum(group.count * group.size for group in self.jobs)
+
+    def nodes(self) -> list[Node]:
+        """The cluster's nodes, named `<group name or node-g<i>>-<j>` in trace order."""
+        nodes: list[Node] = []
+        for index, group in enumerate(self.node_groups):
+            prefix = group.name or f"node-g{index}"
+            width = len(str(max(group.count - 1, 0)))
+            for j in range(group.count):
+                nodes.append(
+                    Node(
+                        name=f"{prefix}-{j:0{width}d}",
+                        allocatable=group.allocatable,
+                        labels=dict(group.labels),
+                        taints=group.taints,
+                    )
+                )
+        return nodes
+
+    def queue_tree(self) -> QueueTree:
+        return QueueTree.build([spec.to_queue() for spec in self.queues])
+
+    def queue_specs(self) -> dict[str, QueueSpec]:
+        return {spec.name: spec for spec in self.queues}
+
+    def default_horizon(self) -> float:
+        """A safety cap on simulated time: last submission + 2 × Σ runtimes + one day."""
+        last_submit = max(
+            (g.submit_at + (g.count - 1) * g.submit_interval for g in self.jobs), default=0.0
+        )
+        total_runtime = sum(g.count * g.runtime for g in self.jobs)
+        return last_submit + 2.0 * total_runtime + 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedGang:
+    """One gang of the expanded trace, in arrival order (`gang.submitted.seq` = position)."""
+
+    gang: Gang
+    runtime: float
+    group: str
+
+
+def expand(trace: Trace, seed: int = 0) -> list[SubmittedGang]:
+    """Expand job groups into gangs in arrival order.
+
+    Gangs submitted at the same instant have no order of their own (parallel submitters); the
+    seed decides it, as a shuffle. The result is sorted by (time, shuffled rank) and each gang's
+    `SubmitStamp.seq` is its arrival position, so stamps are a total order.
+    """
+    rng = random.Random(seed)
+    raw: list[tuple[float, float, str, JobGroup]] = []
+    for group in trace.jobs:
+        width = len(str(max(group.count - 1, 0)))
+        for i in range(group.count):
+            at = group.submit_at + i * group.submit_interval
+            raw.append((at, rng.random(), f"{group.name}-{i:0{width}d}", group))
+    raw.sort(key=lambda item: (item[0], item[1]))
+    expanded: list[SubmittedGang] = []
+    for seq, (at, _rank, name, group) in enumerate(raw):
+        gang = Gang(
+            id=f"{group.namespace}/{name}",
+            queue=group.queue,
+            pod_requests=group.pod_requests,
+            size=group.size,
+            min_size=group.min_size,
+            priority=group.priority,
+            submitted=SubmitStamp(time=at, seq=seq, name=name),
+            one_pod_per_node=group.one_pod_per_node,
+            node_selector=dict(group.node_selector),
+            tolerations=group.tolerations,
+            elastic_after=group.elastic_after,
+            kind=group.kind,
+            runtime_limit=group.runtime_limit,
+        )
+        expanded.append(SubmittedGang(gang=gang, runtime=group.runtime, group=group.name))
+    return expanded
