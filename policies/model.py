@@ -294,7 +294,7 @@ class Backoff:
 @dataclass(frozen=True, slots=True)
 class SizeRatio:
     """A gang whose dominant demand exceeds ``ratio`` of the cluster is *big*: big gangs are
-    serialized (default) or rejected. 0.1 comes from the clogging study cited in DESIGN.md."""
+    serialized (default) or rejected. 0.1 comes from the clogging study cited in docs/dev/architecture.md."""
 
     ratio: float = 0.1
     action: SizeRatioAction = "Serialize"

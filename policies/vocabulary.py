@@ -1,7 +1,7 @@
 """The names users and components see on objects: labels and annotations under muster.dev/.
 
 One place for them, so the webhook that writes a name and the controller that reads it cannot
-drift apart. See DESIGN.md, "Interfaces users see".
+drift apart. See docs/dev/architecture.md, "Interfaces users see".
 """
 
 from __future__ import annotations
