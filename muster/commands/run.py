@@ -609,6 +609,13 @@ def _run_one(
         logging.error("the webhook process exited (%s); stopping", webhook_child.returncode)
         os.kill(os.getpid(), signal.SIGTERM)
 
+    # Registering and unregistering the webhook configuration never overlap, and nothing is
+    # registered once stopping began: a muster stopped while it started (SIGTERM a moment
+    # after launch) must not leave a configuration that points at a webhook that is gone,
+    # which with failurePolicy Fail would refuse every create in managed namespaces.
+    registration = asyncio.Lock()
+    stopping = asyncio.Event()
+
     async def _register_when_serving() -> None:
         await asyncio.to_thread(_wait_for_tls, args.webhook_addr, port)
         configuration = build_configuration(
@@ -616,7 +623,10 @@ def _run_one(
             url=f"https://{args.webhook_addr}:{port}",
             ca_bundle=base64.b64encode(ca_bundle).decode(),
         )
-        await asyncio.to_thread(register_configuration, client, configuration)
+        async with registration:
+            if stopping.is_set():
+                return
+            await asyncio.shield(asyncio.to_thread(register_configuration, client, configuration))
         logging.info("webhook registered at https://%s:%d", args.webhook_addr, port)
         metrics = ""
         if webhook_metrics is not None:
@@ -635,9 +645,11 @@ def _run_one(
         if webhook_metrics is not None:
             await webhook_metrics.stop()
         if args.local and webhook:
-            await asyncio.to_thread(
-                unregister_configuration, client, f"https://{args.webhook_addr}:{port}"
-            )
+            async with registration:
+                stopping.set()
+                await asyncio.to_thread(
+                    unregister_configuration, client, f"https://{args.webhook_addr}:{port}"
+                )
 
     if job_watch is not None:
         job_watch.start(jobs_version)
