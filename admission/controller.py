@@ -178,58 +178,84 @@ def register(
     takes over LISTs everything again (its watches were paused) before its first cycle.
     """
     settings = settings or ControllerSettings()
-    serve = serve or ServeSettings()
     metrics = ControllerMetrics()
     metrics.track_requests(lambda: client.requests_sent)
     cache = Cache(history=GangHistory(settings.history_limit))
     runtime = Runtime(cache, metrics)
+    parts = _Registration(client, settings, serve or ServeSettings(), peering, runtime)
+    parts.watch_rare_kinds(registry)
+    kopf.on.startup(registry=registry)(parts.start)
+    kopf.on.cleanup(registry=registry)(parts.stop)
+    if peering is not None:
+        parts.lead_when_active(registry, peering)
+    return runtime
 
-    @kopf.on.event("", "v1", "nodes", registry=registry)
-    async def watch_node(event: Mapping[str, Any], **_: Any) -> None:
-        cache.apply_node(event.get("type"), event["object"])
 
-    @kopf.on.event("", "v1", "namespaces", registry=registry)
-    async def watch_namespace(event: Mapping[str, Any], **_: Any) -> None:
-        cache.apply_namespace(event.get("type"), event["object"])
+@dataclass
+class _Registration:
+    """The handlers `register` puts on a kopf registry, and what they share."""
 
-    @kopf.on.event("muster.dev", "v1alpha1", "queues", registry=registry)
-    async def watch_queue(event: Mapping[str, Any], **_: Any) -> None:
-        cache.apply_queue(event.get("type"), event["object"])
+    client: KubeClient
+    settings: ControllerSettings
+    serve: ServeSettings
+    peering: str | None
+    runtime: Runtime
 
-    @kopf.on.startup(registry=registry)
-    async def start_controller(**_: Any) -> None:
+    def watch_rare_kinds(self, registry: kopf.OperatorRegistry) -> None:
+        """Nodes, Namespaces and Queues change rarely: kopf watches them into the cache (Jobs
+        and Pods come through muster's lean streams, started in `sync_then_run`)."""
+        cache = self.runtime.cache
+
+        @kopf.on.event("", "v1", "nodes", registry=registry)
+        async def watch_node(event: Mapping[str, Any], **_: Any) -> None:
+            cache.apply_node(event.get("type"), event["object"])
+
+        @kopf.on.event("", "v1", "namespaces", registry=registry)
+        async def watch_namespace(event: Mapping[str, Any], **_: Any) -> None:
+            cache.apply_namespace(event.get("type"), event["object"])
+
+        @kopf.on.event("muster.dev", "v1alpha1", "queues", registry=registry)
+        async def watch_queue(event: Mapping[str, Any], **_: Any) -> None:
+            cache.apply_queue(event.get("type"), event["object"])
+
+    async def start(self, **_: Any) -> None:
+        """Startup: the writer, the controller, the status and metrics servers; then admit
+        (or, under peering, stand by until kopf makes this replica active)."""
+        runtime, settings, serve = self.runtime, self.settings, self.serve
         writer = Writer(
-            client,
+            self.client,
             concurrency=settings.write_concurrency,
-            on_retry=lambda code: metrics.api_retries.labels(str(code)).inc(),
-            on_event_dropped=metrics.events_dropped.inc,
+            on_retry=lambda code: runtime.metrics.api_retries.labels(str(code)).inc(),
+            on_event_dropped=runtime.metrics.events_dropped.inc,
         )
-        controller = Controller(cache, writer, settings, metrics)
+        controller = Controller(runtime.cache, writer, settings, runtime.metrics)
         runtime.controller = controller
         if serve.status_port is not None:
             runtime.status = StatusServer(
-                cache,
+                runtime.cache,
                 controller.queue_status,
-                metrics.exposition if serve.metrics_port == serve.status_port else None,
+                runtime.metrics.exposition if serve.metrics_port == serve.status_port else None,
                 addr=serve.status_addr,
                 port=serve.status_port,
             )
             await runtime.status.start()
         if serve.metrics_port is not None and serve.metrics_port != serve.status_port:
             runtime.metrics_server = StatusServer(
-                cache,
+                runtime.cache,
                 controller.queue_status,
-                metrics.exposition,
+                runtime.metrics.exposition,
                 addr=serve.status_addr,
                 port=serve.metrics_port,
             )
             await runtime.metrics_server.start()
-        if peering is None:
-            runtime.tasks.append(asyncio.get_running_loop().create_task(_sync_then_run(controller)))
+        if self.peering is None:
+            task = asyncio.get_running_loop().create_task(self.sync_then_run(controller))
+            runtime.tasks.append(task)
         else:
-            print(f"muster: controller standby {_where()} peering={peering}", flush=True)
+            print(f"muster: controller standby {self.where()} peering={self.peering}", flush=True)
 
-    def _where() -> str:
+    def where(self) -> str:
+        runtime, serve = self.runtime, self.serve
         status = runtime.status.port if runtime.status else None
         metrics_port = (
             (runtime.metrics_server.port if runtime.metrics_server else status)
@@ -238,7 +264,10 @@ def register(
         )
         return f"status={serve.status_addr}:{status} metrics={serve.status_addr}:{metrics_port}"
 
-    if peering is not None:
+    def lead_when_active(self, registry: kopf.OperatorRegistry, peering: str) -> None:
+        """Run the admit loop in a kopf daemon on the peering object: kopf stops it when it
+        pauses this replica for a peer of higher priority."""
+        runtime = self.runtime
 
         def _is_ours(name: str, **_: Any) -> bool:
             return name == peering
@@ -255,7 +284,7 @@ def register(
             controller = runtime.controller
             assert controller is not None, "startup runs before any daemon"
             log.info("peering %s: this replica is active; admitting", peering)
-            task = asyncio.get_running_loop().create_task(_sync_then_run(controller))
+            task = asyncio.get_running_loop().create_task(self.sync_then_run(controller))
             runtime.tasks.append(task)
             try:
                 await stopped.wait()
@@ -264,10 +293,13 @@ def register(
                 await asyncio.gather(task, return_exceptions=True)
                 runtime.tasks.remove(task)
                 await asyncio.gather(*controller.inflight, return_exceptions=True)
-                cache.synced = False
+                runtime.cache.synced = False
                 log.info("peering %s: paused (%s); standing by", peering, stopped.reason)
 
-    async def _sync_then_run(controller: Controller) -> None:
+    async def sync_then_run(self, controller: Controller) -> None:
+        """LIST everything into the cache, start the lean Job and Pod streams from those
+        versions, and run the admit loop until cancelled."""
+        cache, client = self.runtime.cache, self.client
         while True:
             try:
                 versions = await load_everything(cache, client)
@@ -286,26 +318,24 @@ def register(
         for watch in watches:
             watch.start(versions[watch.kind])
         try:
-            await _run_synced(controller)
+            cache.synced = True
+            cache.changed.set()
+            log.info(
+                "controller synced: %d gangs, %d nodes, %d pods, %d queues",
+                len(cache.jobs),
+                len(cache.nodes),
+                len(cache.pods),
+                len(cache.queues),
+            )
+            print(f"muster: controller ready {self.where()}", flush=True)
+            await controller.run()
         finally:
             for watch in watches:
                 await asyncio.to_thread(watch.stop)
 
-    async def _run_synced(controller: Controller) -> None:
-        cache.synced = True
-        cache.changed.set()
-        log.info(
-            "controller synced: %d gangs, %d nodes, %d pods, %d queues",
-            len(cache.jobs),
-            len(cache.nodes),
-            len(cache.pods),
-            len(cache.queues),
-        )
-        print(f"muster: controller ready {_where()}", flush=True)
-        await controller.run()
-
-    @kopf.on.cleanup(registry=registry)
-    async def stop_controller(**_: Any) -> None:
+    async def stop(self, **_: Any) -> None:
+        """Cleanup: cancel the loop, let writes in flight land, stop the servers."""
+        runtime = self.runtime
         for task in runtime.tasks:
             task.cancel()
         await asyncio.gather(*runtime.tasks, return_exceptions=True)
@@ -316,5 +346,3 @@ def register(
         for server in (runtime.status, runtime.metrics_server):
             if server is not None:
                 await server.stop()
-
-    return runtime

@@ -307,6 +307,40 @@ class LocalCluster:
             f"log {record.log}:\n{_tail(Path(record.log))}"
         )
 
+    # ------------------------------------------------------------------------ faults
+    def restart(self, component: str, sig: int = signal.SIGKILL, down_for: float = 0.0) -> float:
+        """Kill one component with `sig` (kill -9 by default), leave it down `down_for`
+        seconds, and start it again with the same command line: the same ports, certificates
+        and (etcd) data, as a crashed process restarted by its supervisor. Returns the seconds
+        from the kill until it answered its health check again. For fault tests."""
+        records = self.records()
+        record = next((r for r in records if r.component == component and _alive(r)), None)
+        if record is None:
+            raise ClusterError(f"cluster {self.name!r} runs no live {component}")
+        began = time.monotonic()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(record.pid, sig)
+        while _alive(record):
+            _reap(record.pid)
+            time.sleep(0.05)
+        _reap(record.pid)
+        time.sleep(down_for)
+        records.remove(record)
+        self._spawn(component, record.argv, records)
+        with self.client() as client:
+            self._wait(component, records, self._health_check(component, client), 90)
+        return time.monotonic() - began
+
+    def _health_check(self, component: str, client: KubeClient) -> Callable[[], bool]:
+        port = json.loads((self.state_dir / "ports.json").read_text())[component]
+        if component == "etcd":
+            return lambda: _http_ok(f"http://127.0.0.1:{port}/health")
+        if component == "kube-apiserver":
+            return lambda: _readyz(client)
+        if component == "kwok":
+            return lambda: _http_ok(f"http://127.0.0.1:{port}/healthz")
+        return lambda: _https_ok(f"https://127.0.0.1:{port}/healthz")
+
     # ------------------------------------------------------------------ component argv
     def _etcd_argv(self, b: Binaries, port: int, peer: int) -> list[str]:
         return [
