@@ -1341,6 +1341,9 @@ class NeverFitsScreen:
         self.tree = tree
         self.nodes = list(nodes) if nodes is not None else None
         self._states: dict[tuple[str, ...], _State] = {}
+        # The resources nodes offer and quotas name; a gang may add its own (as in a plan).
+        self._names = tuple(_resource_names(self.nodes or [], tree, []))
+        self._known = frozenset(self._names)
 
     def verdict(self, gang: Gang) -> Reason | None:
         """The NeverFits reason the planner would give ``gang`` (at its minimum size), or None
@@ -1348,7 +1351,10 @@ class NeverFitsScreen:
         if not self.tree.is_leaf(gang.queue):
             return None
         nodes = self.nodes or []
-        names = tuple(_resource_names(nodes, self.tree, [gang.screen_key[1]]))
+        names = self._names
+        request = gang.screen_key[1]
+        if any(name not in self._known for name, _ in request):
+            names = tuple(sorted(self._known.union(name for name, _ in request)))
         state = self._states.get(names)
         if state is None:
             if len(self._states) > 16:  # gangs asking for ever new resource names
