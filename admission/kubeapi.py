@@ -15,6 +15,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import socket
 import ssl
 import threading
@@ -157,6 +158,18 @@ def _tls_context(credentials: Credentials) -> ssl.SSLContext:
     return ctx
 
 
+def parse_warning(header: str) -> str:
+    """The text of one HTTP `Warning` header as the apiserver writes it: `299 - "text"`
+    (RFC 7234: code, agent, a quoted text with backslash escapes, maybe a date)."""
+    match = _WARNING.match(header)
+    if match is None:
+        return header
+    return re.sub(r"\\(.)", r"\1", match.group(1))
+
+
+_WARNING = re.compile(r'\s*\d{3}\s+\S+\s+"((?:[^"\\]|\\.)*)"')
+
+
 @dataclass
 class KubeClient:
     """A thread-safe JSON client; each thread keeps its own keep-alive HTTPS connection."""
@@ -282,6 +295,9 @@ class KubeClient:
                 if attempt == 2 or isinstance(exc, ssl.SSLCertVerificationError):
                     raise ApiUnreachable(access.unreachable(self.credentials, exc)) from exc
                 continue
+            self._local.warnings = tuple(
+                parse_warning(value) for value in response.msg.get_all("Warning") or ()
+            )
             header = response.getheader("Retry-After")
             retry_after: float | None = None
             if header is not None:
@@ -291,6 +307,13 @@ class KubeClient:
                     retry_after = 1.0  # an HTTP date: wait a second
             return response.status, data, retry_after
         raise AssertionError("unreachable")
+
+    @property
+    def last_warnings(self) -> tuple[str, ...]:
+        """The warnings (HTTP `Warning` headers, e.g. an admission webhook's, which kubectl
+        prints as `Warning: ...`) of this thread's last response."""
+        warnings: tuple[str, ...] = getattr(self._local, "warnings", ())
+        return warnings
 
     def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
         return self.request("GET", path, params=params)

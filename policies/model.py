@@ -35,6 +35,7 @@ __all__ = [
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 Strategy = Literal["BestEffortFIFO", "StrictFIFO"]
 SizeRatioAction = Literal["Serialize", "Reject"]
+NeverFitsAction = Literal["Warn", "Reject"]
 
 
 class PolicyError(ValueError):
@@ -294,7 +295,8 @@ class Backoff:
 @dataclass(frozen=True, slots=True)
 class SizeRatio:
     """A gang whose dominant demand exceeds ``ratio`` of the cluster is *big*: big gangs are
-    serialized (default) or rejected. 0.1 comes from the clogging study cited in docs/dev/architecture.md."""
+    serialized (default) or rejected. 0.1 comes from the clogging study cited in
+    docs/dev/architecture.md."""
 
     ratio: float = 0.1
     action: SizeRatioAction = "Serialize"
@@ -368,6 +370,9 @@ class Queue:
     backoff: Backoff = Backoff()
     node_fit: bool = True
     preemption: Preemption = Preemption()
+    # What the webhook does with a created gang that can never fit (the planner's NeverFits):
+    # allow it with a warning, or refuse it. The planner itself ignores it.
+    never_fits: NeverFitsAction = "Warn"
 
 
 class QueueTree:

@@ -91,7 +91,7 @@ from policies.quota import INF, QuotaState
 from policies.resources import Resources
 from policies.strategies import AdmissionPolicy, get_policy
 
-__all__ = ["PARTIAL_HOLD_AFTER", "STARVATION_AFTER", "Planner", "plan"]
+__all__ = ["PARTIAL_HOLD_AFTER", "STARVATION_AFTER", "NeverFitsScreen", "Planner", "plan"]
 
 STARVATION_AFTER = 120.0
 """Seconds a big gang waits before it holds a reservation against younger gangs whatever the
@@ -246,8 +246,13 @@ class _State:
         names: list[str],
         held: Mapping[str, Sequence[int]] | None = None,
         admitted: Mapping[str, AdmittedGang] | None = None,
+        *,
+        nodes_known: bool = True,
     ) -> None:
         self.tree = tree
+        # False (the webhook before its node watch synced): screen by quota only, as if every
+        # queue were node-blind, rather than call every gang too big for no nodes.
+        self.nodes_known = nodes_known
         # Every admitted gang by id (a snapshot's, or a Planner's own mapping, live): a plan
         # with a reservation reads when the gangs on the reserved nodes end (backfill), and
         # preemption picks its victims among them.
@@ -389,7 +394,7 @@ class _State:
     def _limits(self, queue: Queue, fit: FitClass) -> tuple[int, float]:
         """For gangs of ``fit`` in ``queue``: the most pods the empty cluster and the queue's
         largest possible quota hold, and the size above which a gang is big."""
-        most = self.cluster.empty_room(fit) if queue.node_fit else UNLIMITED
+        most = self.cluster.empty_room(fit) if queue.node_fit and self.nodes_known else UNLIMITED
         potential = self.potential.get(queue.name)
         if potential is None:
             potential = self.potential[queue.name] = self.quota.potential(queue.name)
@@ -405,7 +410,7 @@ class _State:
 
     def _never_fits(self, gang: Gang, fit: FitClass, minimum: int) -> Reason:
         queue = self.tree.queues[gang.queue]
-        if queue.node_fit:
+        if queue.node_fit and self.nodes_known:
             room = self.cluster.empty_room(fit)
             if minimum > room:
                 return reasons.never_fits_nodes(
@@ -1320,6 +1325,50 @@ def _may_occupy(
             return True
         placed += pods
     return not running and placed < size
+
+
+class NeverFitsScreen:
+    """Step 2's NeverFits screen for one gang at a time, outside any plan: the webhook asks it
+    whether a gang being created could ever be admitted (`webhook.neverfits`).
+
+    The same `_State` a plan starts from, with nothing admitted: the same resource index, node
+    shapes (`Cluster.empty_room`), queue potentials (`QuotaState.potential`) and reason
+    builders, so the webhook and the planner cannot disagree. ``nodes`` None: the node rule is
+    skipped (the caller has not seen the nodes yet). Kept while the nodes and queues are the
+    same; not thread-safe (one caller at a time)."""
+
+    def __init__(self, tree: QueueTree, nodes: Sequence[Node] | None) -> None:
+        self.tree = tree
+        self.nodes = list(nodes) if nodes is not None else None
+        self._states: dict[tuple[str, ...], _State] = {}
+        # The resources nodes offer and quotas name; a gang may add its own (as in a plan).
+        self._names = tuple(_resource_names(self.nodes or [], tree, []))
+        self._known = frozenset(self._names)
+
+    def verdict(self, gang: Gang) -> Reason | None:
+        """The NeverFits reason the planner would give ``gang`` (at its minimum size), or None
+        when it could fit, or when its queue is not a leaf (the planner says QueueNotFound)."""
+        if not self.tree.is_leaf(gang.queue):
+            return None
+        nodes = self.nodes or []
+        names = self._names
+        request = gang.screen_key[1]
+        if any(name not in self._known for name, _ in request):
+            names = tuple(sorted(self._known.union(name for name, _ in request)))
+        state = self._states.get(names)
+        if state is None:
+            if len(self._states) > 16:  # gangs asking for ever new resource names
+                self._states.clear()
+            state = self._states[names] = _State(
+                nodes, self.tree, list(names), nodes_known=self.nodes is not None
+            )
+        info = state.classes.get(gang.screen_key)
+        if info is None:
+            info = state._class(gang)
+        minimum = gang.size if gang.min_size is None else gang.min_size
+        if minimum <= info.most:
+            return None
+        return state._never_fits(gang, info.fit, minimum)
 
 
 class Planner:

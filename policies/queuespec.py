@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from policies import fields
-from policies.model import Backoff, PolicyError, Queue, SizeRatio
+from policies.model import Backoff, NeverFitsAction, PolicyError, Queue, SizeRatio
 from policies.preemption import parse_preemption
 
 QUEUE_SPEC_FIELDS: Final = (
@@ -29,6 +29,7 @@ QUEUE_SPEC_FIELDS: Final = (
     "backoff",
     "nodeFit",
     "preemption",
+    "neverFits",
     "limits",
     "namespaceSelector",
 )
@@ -74,7 +75,17 @@ def parse_queue(
         backoff=parse_backoff(spec.get("backoff"), f"{where}.backoff"),
         node_fit=fields.boolean(spec.get("nodeFit", True), f"{where}.nodeFit"),
         preemption=parse_preemption(spec.get("preemption"), f"{where}.preemption"),
+        never_fits=parse_never_fits(spec.get("neverFits", "Warn"), f"{where}.neverFits"),
     )
+
+
+def parse_never_fits(value: object, where: str) -> NeverFitsAction:
+    """``neverFits``: what the webhook does with a created gang that can never fit."""
+    if value == "Warn":
+        return "Warn"
+    if value == "Reject":
+        return "Reject"
+    raise PolicyError(f"{where}: {value!r} is not Warn or Reject")
 
 
 def parse_size_ratio(spec: Mapping[str, Any], where: str) -> SizeRatio | None:

@@ -161,6 +161,8 @@ def queue_body(
         "limit": spec.backoff.limit,
     }
     body["nodeFit"] = spec.node_fit
+    if spec.never_fits != "Warn":
+        body["neverFits"] = spec.never_fits
     if spec.preemption != Preemption():
         body["preemption"] = preemption_body(spec.preemption, scale)
     return {

@@ -23,6 +23,7 @@ from policies import (
     Taint,
     Toleration,
 )
+from policies.model import NeverFitsAction
 
 DEFAULT_TRACE = "blog-burst"
 """The trace `muster sim` replays when given none (shipped in simulator/traces/)."""
@@ -66,6 +67,9 @@ class QueueSpec:
     backoff: Backoff = field(default_factory=Backoff)
     node_fit: bool = True
     preemption: Preemption = field(default_factory=Preemption)
+    never_fits: NeverFitsAction = "Warn"
+    """Carried to the Queue objects of kwok runs (the webhook's); the in-process engine has
+    no webhook: a gang that never fits is rejected by the planner (NeverFits) either way."""
 
     @classmethod
     def from_queue(cls, queue: Queue) -> QueueSpec:
@@ -83,6 +87,7 @@ class QueueSpec:
             backoff=queue.backoff,
             node_fit=queue.node_fit,
             preemption=queue.preemption,
+            never_fits=queue.never_fits,
         )
 
     def to_queue(self) -> Queue:
@@ -100,6 +105,7 @@ class QueueSpec:
             backoff=self.backoff,
             node_fit=self.node_fit,
             preemption=self.preemption,
+            never_fits=self.never_fits,
         )
 
 

@@ -37,6 +37,7 @@ _QUEUE_FIELDS = (
     "backoff",
     "nodeFit",
     "preemption",
+    "neverFits",
     "limits",
 )
 _JOB_FIELDS = (

@@ -1,11 +1,12 @@
 """kopf registration for the webhook: watches that keep `WebhookState` current, and the server.
 
-Namespaces (their default-queue label), Queues (names and `spec.limits`) and MiniClusters (their
-stamps, and their phase for `webhook.backlog`: pending gangs per queue, for the limits) are
-watched with `@kopf.on.event`, which writes nothing to the objects. Managed Jobs, far busier,
-reach the backlog through a lean stream that `muster run` starts (`admission.streamwatch`).
-`muster run` fills the state with one LIST of each before the server starts, so the first
-review already sees the whole cluster.
+Namespaces (their default-queue label), Queues (names, `spec.limits`, and the spec the planner
+reads, for `webhook.neverfits`) and MiniClusters (their stamps, and their phase for
+`webhook.backlog`: pending gangs per queue, for the limits) are watched with `@kopf.on.event`,
+which writes nothing to the objects. Managed Jobs, far busier, reach the backlog through a lean
+stream that `muster run` starts (`admission.streamwatch`); Nodes reach the never-fits check
+through another. `muster run` fills the state with one LIST of each before the server starts,
+so the first review already sees the whole cluster.
 
 Two ways to serve the reviews, both calling the same pure decision (`webhook.decision`):
 - `register` (default, `muster run --webhook-server lean`): muster's own aiohttp endpoint
@@ -23,6 +24,7 @@ from typing import Any
 
 import kopf
 
+from admission.gangs import queue_from
 from policies.model import PolicyError
 from policies.phase import NO_LIMITS, parse_queue_limits
 from policies.submitted import SubmissionClock
@@ -58,6 +60,18 @@ def set_limits(state: WebhookState, queue: Mapping[str, Any]) -> None:
         state.limits.pop(name, None)
     else:
         state.limits[name] = limits
+
+
+def set_queue(state: WebhookState, queue: Mapping[str, Any]) -> None:
+    """Keep a Queue in `state`: its `spec.limits` (`set_limits`) and the spec the planner reads
+    (for the never-fits check; one muster cannot read is kept as not Ready, as the controller
+    keeps it)."""
+    set_limits(state, queue)
+    name = (queue.get("metadata") or {}).get("name") or ""
+    try:
+        state.never_fits.set_queue(name, queue_from(queue))
+    except PolicyError as exc:
+        state.never_fits.set_queue(name, None, str(exc))
 
 
 def register(registry: kopf.OperatorRegistry, server: WebhookServer) -> None:
@@ -146,9 +160,10 @@ def register_watches(registry: kopf.OperatorRegistry, state: WebhookState) -> No
             if type == "DELETED":
                 queues.discard(name)
                 state.limits.pop(name, None)
+                state.never_fits.drop_queue(name)
             else:
                 queues.add(name)
-                set_limits(state, body)
+                set_queue(state, body)
 
     @kopf.on.event(*MINICLUSTER_RESOURCE, registry=registry)
     def watch_minicluster(

@@ -3,7 +3,7 @@
 The webhook usually runs in a child process of `muster run` (its own interpreter), so its
 figures cannot join the controller's registry; it serves them on `--webhook-metrics-port`
 (default 8083) instead. Read at scrape time from `WebhookState`: nothing is updated per review
-but the refusal count. Documented in docs/metrics.md.
+but the refusal and warning counts. Documented in docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -41,12 +41,28 @@ class _WebhookCollector(Collector):
         yield depth
         refusals = CounterMetricFamily(
             "muster_webhook_refusals",
-            "Creates refused because the queue held as many pending gangs as spec.limits allows.",
+            "Creates refused: the queue held as many pending gangs as spec.limits allows "
+            "(MaxPending, MaxPendingPerNamespace), or the gang can never run in its queue and "
+            "the queue has spec.neverFits: Reject (NeverFits).",
             labels=["queue", "reason"],
         )
-        for (queue, reason), count in sorted(self.state.backlog.refusals().items()):
+        counts: dict[tuple[str, str], int] = {
+            key: count for key, count in self.state.backlog.refusals().items()
+        }
+        for queue, count in self.state.never_fits.refusals().items():
+            counts[(queue, "NeverFits")] = count
+        for (queue, reason), count in sorted(counts.items()):
             refusals.add_metric([queue, reason], float(count))
         yield refusals
+        warnings = CounterMetricFamily(
+            "muster_webhook_warnings",
+            "Creates allowed with a warning: the gang can never run in its queue and the queue "
+            "has spec.neverFits: Warn (NeverFits).",
+            labels=["queue", "reason"],
+        )
+        for queue, count in sorted(self.state.never_fits.warnings().items()):
+            warnings.add_metric([queue, "NeverFits"], float(count))
+        yield warnings
 
 
 def registry_for(state: WebhookState) -> CollectorRegistry:

@@ -10,10 +10,12 @@ import base64
 import json
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 
 from policies.kinds.fields import pointer
+from policies.model import Gang
 from policies.phase import NO_LIMITS, QueueLimits
 from webhook.backlog import Backlog
 from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
@@ -25,6 +27,7 @@ from webhook.decision import (
     decide_minicluster,
     is_minicluster_ref,
 )
+from webhook.neverfits import NeverFitsCheck, job_gang, minicluster_gang
 
 JsonPatch = list[dict[str, Any]]
 
@@ -41,6 +44,8 @@ class WebhookState:
     """Each Queue's `spec.limits`, for the queues that set one."""
     backlog: Backlog = field(default_factory=lambda: Backlog(time.monotonic))
     """Pending gangs per queue and namespace, fed by the Job and MiniCluster watches."""
+    never_fits: NeverFitsCheck = field(default_factory=NeverFitsCheck)
+    """The Queues' specs and the Nodes, to tell a gang that can never run (issue #15)."""
 
     def known_queues(self) -> Collection[str] | None:
         return self.queues
@@ -51,6 +56,10 @@ class QueueFull(AdmissionRejected):
     answered with code 429 (Too Many Requests), as the apiserver's own rate limits are."""
 
     code = 429
+
+
+class NeverFits(AdmissionRejected):
+    """A new gang refused because it can never run in its queue (`spec.neverFits: Reject`)."""
 
 
 def json_patch(obj: Mapping[str, Any], merge: Mapping[str, Any], prefix: str = "") -> JsonPatch:
@@ -133,16 +142,73 @@ def decide(
                 owned_by_minicluster = True
                 owner_stamp = state.minicluster_stamps.get((namespace, ref.get("name", "")))
         decision = decide_job(obj, **common, stamp=stamp(), owner_stamp=owner_stamp)
-        # A MiniCluster's Job is not a new gang: its MiniCluster was counted when created.
-        if decision.managed and decision.queue is not None and not owned_by_minicluster:
-            _admit_gang(state, "Job", namespace, name, decision.queue, dry_run)
+        # A MiniCluster's Job is not a new gang: its MiniCluster was checked and counted when
+        # created.
+        if decision.managed and (queue := decision.queue) is not None and not owned_by_minicluster:
+            decision = _screen(
+                state,
+                decision,
+                queue,
+                partial(job_gang, obj, namespace, queue),
+                "the Job's spec.parallelism (or muster.dev/min-members)",
+            )
+            _admit_gang(state, "Job", namespace, name, queue, dry_run)
         return decision
     if path == MINICLUSTER_PATH:
         decision = decide_minicluster(obj, **common, stamp=stamp())
-        if decision.managed and decision.queue is not None:
-            _admit_gang(state, "MiniCluster", namespace, name, decision.queue, dry_run)
+        if decision.managed and (queue := decision.queue) is not None:
+            labels = decision.patch["spec"]["jobLabels"]
+            decision = _screen(
+                state,
+                decision,
+                queue,
+                partial(minicluster_gang, obj, namespace, queue, labels),
+                "the MiniCluster's spec.size (or spec.minSize, muster.dev/min-members)",
+            )
+            _admit_gang(state, "MiniCluster", namespace, name, queue, dry_run)
         return decision
     return None
+
+
+def _screen(
+    state: WebhookState,
+    decision: Decision,
+    queue: str,
+    gang_of: Callable[[], Gang],
+    size_fields: str,
+) -> Decision:
+    """The planner's NeverFits screen at create: `decision` with a warning (`spec.neverFits:
+    Warn`), or NeverFits raised (`Reject`). Checked before the queue's limits, so a refused
+    gang is never counted as pending."""
+    try:
+        gang = gang_of()
+    except (ValueError, TypeError, KeyError):
+        # What the rules above let through but the planner's reader cannot make a gang of:
+        # the controller says why it waits; this check never refuses a create by itself.
+        return decision
+    found = state.never_fits.verdict(gang)
+    if found is None:
+        return decision
+    reason, action = found
+    state.never_fits.count(queue, action)
+    # The quota rule's message names the queue; the node rule's, the cluster.
+    if f"queue {queue} can get at most" in reason.message:
+        change = (
+            f"raise queue {queue}'s spec.nominal or spec.borrowingLimit, or lower {size_fields}"
+        )
+    else:
+        change = f"lower {size_fields} or its pods' resources.requests"
+    if action == "Reject":
+        raise NeverFits(
+            f"{reason.message}; refused, as queue {queue} has spec.neverFits: Reject: {change}"
+        )
+    return replace(
+        decision,
+        warnings=(
+            *decision.warnings,
+            f"{reason.message}; it stays suspended and is marked Failed (NeverFits): {change}",
+        ),
+    )
 
 
 def _admit_gang(

@@ -38,11 +38,12 @@ from policies.vocabulary import QUEUE
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
 from webhook.configuration import build_configuration
 from webhook.decision import WebhookSettings
-from webhook.handlers import set_limits, stamp_of
+from webhook.handlers import set_queue, stamp_of
 from webhook.review import WebhookState
 
 QUEUES_PATH = kubeapi.QUEUES.path()
 JOBS_PATH = kubeapi.JOBS.path()
+NODES_PATH = kubeapi.NODES.path()
 MANAGED_JOBS = {"labelSelector": QUEUE}
 """The Jobs muster manages, as the controller's watch selects them."""
 MINICLUSTERS_PATH = kubeapi.MINICLUSTERS.path()
@@ -263,7 +264,7 @@ def load_state(client: KubeClient) -> tuple[WebhookState, int]:
         queues = client.get(QUEUES_PATH)["items"]
         state.queues = {q["metadata"]["name"] for q in queues}
         for queue in queues:
-            set_limits(state, queue)
+            set_queue(state, queue)
     except ApiError as exc:
         if exc.status != 404:
             raise
@@ -292,6 +293,23 @@ def load_state(client: KubeClient) -> tuple[WebhookState, int]:
         if exc.status != 404:
             raise
     return state, jobs_version
+
+
+def load_nodes(client: KubeClient, state: WebhookState) -> int | None:
+    """One LIST of the Nodes into the never-fits check; the version to watch them on from, or
+    None when they cannot be listed (the check then skips its node rule, never refuses)."""
+    from admission.streamwatch import list_collection
+
+    try:
+        items, version = list_collection(client, NODES_PATH)
+    except ApiError as exc:
+        logging.warning(
+            "cannot list nodes (%s); the webhook does not warn of gangs larger than the cluster",
+            exc.message,
+        )
+        return None
+    state.never_fits.relist_nodes(items)
+    return version
 
 
 PEERINGS_PATH = kubeapi.KOPF_PEERINGS.path()
@@ -490,6 +508,8 @@ def _run_one(
     client = KubeClient(credentials)
     state, jobs_version = load_state(client) if webhook else (WebhookState(), 0)
     job_watch: StreamWatch | None = None
+    node_watch: StreamWatch | None = None
+    nodes_version = 0
     if webhook:
         # Managed Jobs into the backlog, on a thread of their own (Backlog is locked).
         job_watch = StreamWatch(
@@ -501,6 +521,19 @@ def _run_one(
             lister=list_collection,
             name="webhook-jobs",
         )
+        # Nodes into the never-fits check (the planner's view of them: `node_from`).
+        listed = load_nodes(client, state)
+        if listed is not None:
+            nodes_version = listed
+            node_watch = StreamWatch(
+                client,
+                NODES_PATH,
+                {},
+                apply=state.never_fits.apply_node,
+                relist=lambda items, _version: state.never_fits.relist_nodes(items),
+                lister=list_collection,
+                name="webhook-nodes",
+            )
     if webhook and state.queues is None:
         logging.warning(
             "Queue CRD not installed (kubectl apply -f manifests/crd/); queue names are not checked"
@@ -653,6 +686,8 @@ def _run_one(
 
     if job_watch is not None:
         job_watch.start(jobs_version)
+    if node_watch is not None:
+        node_watch.start(nodes_version)
     try:
         kopf.run(
             registry=registry,
@@ -666,6 +701,8 @@ def _run_one(
     finally:
         if job_watch is not None:
             job_watch.stop()
+        if node_watch is not None:
+            node_watch.stop()
         client.close()
         tmp.cleanup()
     return 0

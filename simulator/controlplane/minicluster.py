@@ -34,6 +34,7 @@ import yaml
 
 from admission import kubeapi
 from admission.kubeapi import ApiError, KubeClient
+from policies.kinds.minicluster import minicluster_job
 
 CRD_NAME: Final = "miniclusters.flux-framework.org"
 MINICLUSTERS: Final = kubeapi.MINICLUSTERS.path()
@@ -47,9 +48,9 @@ SHARED_CRD: Final = Path("crds") / f"{CRD_NAME}.yaml"
 """The Flux Operator's CRD, relative to the `shared/` folder beside the repository."""
 REPO: Final = Path(__file__).resolve().parents[2]
 
-APP_NAME_LABEL: Final = "app.kubernetes.io/name"
-HOSTNAME: Final = "kubernetes.io/hostname"
-ZONE: Final = "topology.kubernetes.io/zone"
+job_for = minicluster_job
+"""The Job the Flux Operator would create for a MiniCluster (`policies.kinds.minicluster`, which
+the webhook reads too, to tell whether a MiniCluster's gang could ever fit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,118 +184,6 @@ def wait_established(client: KubeClient, name: str, timeout: float = 30) -> None
                 return
         time.sleep(0.1)
     raise TimeoutError(f"CRD {name} not Established within {timeout:.0f}s")
-
-
-def job_for(minicluster: Mapping[str, Any]) -> dict[str, Any]:
-    """The Job the Flux Operator would create for this MiniCluster (as stored: defaults applied)."""
-    meta = minicluster["metadata"]
-    spec = minicluster.get("spec") or {}
-    pod = spec.get("pod") or {}
-    name, namespace = meta["name"], meta["namespace"]
-    size = int(spec.get("size", 1))
-    pod_labels = {
-        **(pod.get("labels") or {}),
-        "namespace": namespace,
-        "app": "flux-operator",
-        APP_NAME_LABEL: name,
-        "hpa-selector": name,
-    }
-    containers = [
-        {
-            "name": c.get("name") or name,
-            "image": c.get("image") or "ghcr.io/rse-ops/accounting:app-latest",
-            "resources": {
-                key: dict(value)
-                for key in ("limits", "requests")
-                if (value := (c.get("resources") or {}).get(key))
-            },
-        }
-        for c in spec.get("containers") or [{}]
-    ]
-    # The operator copies only these four fields of each toleration (its schema has no others).
-    tolerations = [
-        {key: t[key] for key in ("key", "operator", "value", "effect") if t.get(key)}
-        for t in pod.get("tolerations") or []
-    ]
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": pod.get("restartPolicy") or "OnFailure",
-        "nodeSelector": dict(pod.get("nodeSelector") or {}),
-        "tolerations": tolerations,
-        "containers": containers,
-    }
-    if not (spec.get("network") or {}).get("disableAffinity"):
-        pod_spec["affinity"] = operator_affinity(name, pod.get("nodeAffinity") or {})
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": dict(spec.get("jobLabels") or {}),
-            "ownerReferences": [
-                {
-                    "apiVersion": minicluster["apiVersion"],
-                    "kind": "MiniCluster",
-                    "name": name,
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": {
-            "backoffLimit": int(spec.get("backoffLimit") or 100),
-            # The operator copies spec.deadlineSeconds (both CRDs default it to 31500000).
-            **(
-                {"activeDeadlineSeconds": int(spec["deadlineSeconds"])}
-                if spec.get("deadlineSeconds")
-                else {}
-            ),
-            "completions": size,
-            "parallelism": size,
-            "completionMode": "Indexed",
-            "template": {
-                "metadata": {
-                    "labels": pod_labels,
-                    "annotations": dict(pod.get("annotations") or {}),
-                },
-                "spec": pod_spec,
-            },
-        },
-    }
-
-
-def operator_affinity(name: str, node_affinity: Mapping[str, Any]) -> dict[str, Any]:
-    """The operator's `getAffinity`: its pods prefer one zone and one pod per node (one Flux
-    broker per node); `spec.pod.nodeAffinity` (label -> values) becomes a required node affinity."""
-    own_pods = {
-        "labelSelector": {
-            "matchExpressions": [{"key": APP_NAME_LABEL, "operator": "In", "values": [name]}]
-        }
-    }
-    affinity: dict[str, Any] = {
-        "podAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 100, "podAffinityTerm": {**own_pods, "topologyKey": ZONE}}
-            ]
-        },
-        "podAntiAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 100, "podAffinityTerm": {**own_pods, "topologyKey": HOSTNAME}}
-            ]
-        },
-    }
-    if node_affinity:
-        requirements = [
-            {"key": label, "operator": "In", "values": list(values)}
-            for label, values in node_affinity.items()
-        ]
-        affinity["nodeAffinity"] = {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": requirements}]
-            }
-        }
-    return affinity
 
 
 class MiniClusterReconciler:

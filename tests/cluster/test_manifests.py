@@ -80,7 +80,9 @@ NEEDS: tuple[Need, ...] = (
     *_needs("batch", "jobs/status", "patch", "admission/writes.py Writer._clear_start"),
     *_needs("", "pods", "list watch", "admission/controller.py watch_pod, list_everything"),
     *_needs("", "pods", "patch", "admission/writes.py Writer.place_pod"),
-    *_needs("", "nodes", "list watch", "admission/controller.py watch_node, list_everything"),
+    *_needs(
+        "", "nodes", "list watch", "admission/controller.py watch_node; commands.run node_watch"
+    ),
     *_needs("", "namespaces", "list watch", "commands.run load_state, webhook watch_namespace"),
     *_needs("", "events", "create", "admission/writes.py Writer.event; kopf settings.posting"),
     *_needs("muster.dev", "queues", "list watch", "controller watch_queue, webhook watch_queue"),

@@ -17,8 +17,6 @@ from typing import Any
 import pytest
 
 from admission.kubeapi import ApiError, KubeClient
-from admission.launcher import launch
-from muster.commands.run import register_configuration
 from policies.submitted import parse_stamp
 from simulator.controlplane.build import Binaries
 from simulator.controlplane.minicluster import (
@@ -26,44 +24,9 @@ from simulator.controlplane.minicluster import (
     MiniClusterReconciler,
     minicluster_crd,
 )
-from tests.conftest import MusterProcess
 from tests.kube import job_manifest, wait_for
-from webhook.configuration import NAME as WEBHOOK_CONFIGURATION
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("webhook_server")]
-
-CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-
-
-def _url(configuration: dict[str, Any]) -> str:
-    return str(configuration["webhooks"][0]["clientConfig"]["url"])
-
-
-@pytest.fixture(scope="module", params=["lean", "kopf"])
-def webhook_server(
-    request: pytest.FixtureRequest, kube: KubeClient, kubeconfig: Path, muster: MusterProcess
-) -> Iterator[str]:
-    """Which server answers the reviews: the session's lean endpoint, or kopf's handlers."""
-    if request.param == "lean":
-        yield "lean"
-        return
-    saved = kube.get(f"{CONFIGURATIONS}/{WEBHOOK_CONFIGURATION}")
-    # The webhook alone; it is ready once it has taken the configuration over.
-    proc = launch(kubeconfig, "--no-controller", "--webhook-server", "kopf")
-    try:
-        served = kube.get(f"{CONFIGURATIONS}/{WEBHOOK_CONFIGURATION}")
-        assert _url(served) != _url(saved), "the kopf server did not take the configuration"
-        # Namespace, Queue and MiniCluster watches of the new process see the cluster.
-        time.sleep(1.0)
-        yield "kopf"
-    finally:
-        try:
-            proc.stop()
-        finally:
-            # Give the session's muster its configuration back (the kopf process removed its
-            # own), even if that process had to be killed.
-            meta = {"name": WEBHOOK_CONFIGURATION, "labels": saved["metadata"].get("labels") or {}}
-            register_configuration(kube, {**saved, "metadata": meta})
 
 
 def jobs_path(namespace: str) -> str:

@@ -1,0 +1,156 @@
+"""Whether a gang being created could ever run: the planner's NeverFits screen, asked at create.
+
+The controller rejects a gang larger than its queue could ever get (nominal plus what it may
+borrow through its cohort tree) or than every node together (NeverFits), and marks it Failed
+after `--fail-rejected-after`. The webhook says so at create instead, with the same numbers:
+`NeverFitsCheck` keeps what the controller plans with (the Ready queues' specs, the nodes as
+`admission.gangs.node_from` reads them) and asks the planner's own screen
+(`policies.planner.NeverFitsScreen`) about the gang `admission.gangs.job_record` reads from
+the object, as the controller will. A queue's `spec.neverFits` says what to do: `Warn` (allow,
+with a warning kubectl prints) or `Reject` (refuse the create).
+
+Until the webhook has listed the nodes (`relist_nodes`), the node rule is skipped: a gang is
+never called too big for a cluster the webhook has not seen. Queues with `nodeFit: false` skip
+it too, as the planner does. Thread-safe: the watches and kopf's handler threads share it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from admission.gangs import job_record, node_from
+from policies.decisions import Reason
+from policies.kinds.minicluster import minicluster_job
+from policies.model import Gang, NeverFitsAction, Node, PolicyError, Queue, QueueTree
+from policies.planner import NeverFitsScreen
+from policies.readiness import queue_readiness
+from policies.vocabulary import GANG_KIND
+
+
+class NeverFitsCheck:
+    """The Queues and Nodes the webhook has seen, and the planner's NeverFits screen over them
+    (rebuilt on the first question after either changed)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queues: dict[str, Queue | None] = {}
+        self._errors: dict[str, str] = {}
+        self._nodes: dict[str, Node] | None = None
+        self._screen: NeverFitsScreen | None = None
+        self._tree: QueueTree | None = None
+        self._warnings: Counter[str] = Counter()
+        self._refusals: Counter[str] = Counter()
+
+    # -- what the watches feed -------------------------------------------------------------
+
+    def set_queue(self, name: str, queue: Queue | None, error: str = "") -> None:
+        """A Queue's parsed spec, or None with the reason it could not be read."""
+        with self._lock:
+            self._queues[name] = queue
+            if queue is None:
+                self._errors[name] = error
+            else:
+                self._errors.pop(name, None)
+            self._screen = None
+
+    def drop_queue(self, name: str) -> None:
+        with self._lock:
+            self._queues.pop(name, None)
+            self._errors.pop(name, None)
+            self._screen = None
+
+    def apply_node(self, event: str, body: Mapping[str, Any]) -> None:
+        """A Node watch event; ignored before the first `relist_nodes`."""
+        name = (body.get("metadata") or {}).get("name") or ""
+        node = None if event == "DELETED" else node_from(body)
+        with self._lock:
+            nodes = self._nodes
+            if nodes is None:
+                return
+            old = nodes.pop(name, None)
+            if node is not None:
+                nodes[name] = node
+            # Heartbeats change a Node's status, rarely what the planner reads of it.
+            if old != node:
+                self._screen = None
+
+    def relist_nodes(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """Every Node (a LIST): from now on the node rule applies."""
+        nodes: dict[str, Node] = {}
+        for body in items:
+            node = node_from(body)
+            if node is not None:
+                nodes[node.name] = node
+        with self._lock:
+            self._nodes = nodes
+            self._screen = None
+
+    @property
+    def nodes_synced(self) -> bool:
+        return self._nodes is not None
+
+    # -- the question ----------------------------------------------------------------------
+
+    def verdict(self, gang: Gang) -> tuple[Reason, NeverFitsAction] | None:
+        """The planner's NeverFits reason for `gang` and its queue's `spec.neverFits`, or None
+        when it could fit (or its queue is unknown or not Ready: other messages say so)."""
+        with self._lock:
+            screen = self._screen
+            if screen is None:
+                screen = self._screen = NeverFitsScreen(
+                    self._tree_of_ready(),
+                    None if self._nodes is None else list(self._nodes.values()),
+                )
+            reason = screen.verdict(gang)
+            if reason is None:
+                return None
+            return reason, screen.tree.queues[gang.queue].never_fits
+
+    def _tree_of_ready(self) -> QueueTree:
+        """The Ready queues, as the controller plans with them (`admission.cache`)."""
+        readiness = queue_readiness(self._queues, self._errors)
+        ready = [q for name, q in self._queues.items() if q is not None and readiness[name].ready]
+        try:
+            return QueueTree.build(ready)
+        except PolicyError:  # pragma: no cover - readiness checks what build does
+            return QueueTree.build([])
+
+    def count(self, queue: str, action: NeverFitsAction) -> None:
+        """One create warned (Warn) or refused (Reject), for the metrics."""
+        with self._lock:
+            (self._warnings if action == "Warn" else self._refusals)[queue] += 1
+
+    def warnings(self) -> dict[str, int]:
+        """Creates allowed with a never-fits warning so far, per queue."""
+        with self._lock:
+            return dict(self._warnings)
+
+    def refusals(self) -> dict[str, int]:
+        """Creates refused as never fitting so far, per queue."""
+        with self._lock:
+            return dict(self._refusals)
+
+
+def job_gang(job: Mapping[str, Any], namespace: str, queue: str) -> Gang:
+    """The gang the controller will read from this Job once stored in `queue`."""
+    meta = dict(job.get("metadata") or {})
+    meta.setdefault("namespace", namespace)
+    return replace(job_record({**job, "metadata": meta}).gang, queue=queue)
+
+
+def minicluster_gang(
+    minicluster: Mapping[str, Any], namespace: str, queue: str, job_labels: Mapping[str, str]
+) -> Gang:
+    """The gang the controller will read from the Job the Flux Operator makes for this
+    MiniCluster (with the `spec.jobLabels` the webhook sets)."""
+    meta = dict(minicluster.get("metadata") or {})
+    meta.setdefault("namespace", namespace)
+    meta.setdefault("name", meta.get("generateName") or "minicluster")
+    spec = {**(minicluster.get("spec") or {}), "jobLabels": dict(job_labels)}
+    job = minicluster_job({**minicluster, "metadata": meta, "spec": spec})
+    job["metadata"]["annotations"] = {GANG_KIND: "MiniCluster"}
+    return replace(job_record(job).gang, queue=queue)
