@@ -574,6 +574,39 @@ def test_a_big_gang_that_waited_long_holds_against_younger_gangs_of_queues_above
     assert late.pending["ns/big"].code == "NoFit"
 
 
+def test_an_aged_big_gang_holds_back_younger_gangs_before_it_but_not_older_ones() -> None:
+    # Pinned from Hypothesis (test_a_reservation_never_holds_back_what_comes_before_it): in
+    # queue order urgent (priority 1) comes first, then early, then big. Big has waited
+    # STARVATION_AFTER, so it holds against younger gangs whatever the order: urgent waits,
+    # early (older than big) does not and takes what is free (docs/policies.md, *No starvation*).
+    tree = queues(size_ratio=SizeRatio(0.3))
+    pending = [
+        gang("early", 2, 1, t=0),
+        gang("big", 4, 2, t=1),
+        gang("urgent", 2, 1, t=2, priority=1),
+    ]
+    decisions = run(pending, tree, nodes=cluster(1), now=STARVATION_AFTER + 1)
+    assert admitted_ids(decisions) == ["ns/early"]
+    assert decisions.pending["ns/urgent"].code == "Reserved"
+    assert "holds a reservation" in decisions.pending["ns/big"].message
+
+
+@pytest.mark.parametrize(
+    ("strategy", "policy"), [("StrictFIFO", "drf"), ("BestEffortFIFO", "strict-fifo")]
+)
+def test_an_aged_big_gang_never_holds_back_a_gang_it_waits_behind(
+    strategy: str, policy: str
+) -> None:
+    # Pinned from Hypothesis (test_at_most_one_reservation_and_every_wait_for_it_names_it).
+    # Urgent (priority 1) comes before big in a strict order: held back for big, it would block
+    # big, and the two would wait for each other in every plan, on an empty cluster too.
+    tree = queues(strategy=strategy, size_ratio=SizeRatio(0.3))
+    pending = [gang("big", 4, 2, t=0), gang("urgent", 2, 1, t=10, priority=1)]
+    decisions = run(pending, tree, nodes=cluster(1), now=STARVATION_AFTER, policy=policy)
+    assert admitted_ids(decisions) == ["ns/urgent"]
+    assert decisions.pending["ns/big"].code == "NoFit"
+
+
 # --- backfill by deadline ------------------------------------------------------------------
 
 
