@@ -22,7 +22,8 @@ A plan, top to bottom:
 4. Size ratio: find the gang a big gang waits behind, if any (one big gang admitted and not
    running at a time). If none, and the oldest big gang has waited `STARVATION_AFTER`, it
    holds the plan's reservation against every younger gang except those of queues below their
-   weighted fair share (no starvation; see `_Cycle._starving`). Node-blind queues
+   weighted fair share and those it waits behind in a strict order (no starvation; see
+   `_Cycle._starving`). Node-blind queues
    (``nodeFit: false``): find the oldest of their admitted gangs that has waited longer than
    `PARTIAL_HOLD_AFTER` without reaching its minimum; while there is one, node-blind queues
    admit nothing (Kueue's ``waitForPodsReady.blockAdmission``, once a gang is seen stuck).
