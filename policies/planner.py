@@ -22,7 +22,8 @@ A plan, top to bottom:
 4. Size ratio: find the gang a big gang waits behind, if any (one big gang admitted and not
    running at a time). If none, and the oldest big gang has waited `STARVATION_AFTER`, it
    holds the plan's reservation against every younger gang except those of queues below their
-   weighted fair share (no starvation; see `_Cycle._starving`). Node-blind queues
+   weighted fair share and those it waits behind in a strict order (no starvation; see
+   `_Cycle._starving`). Node-blind queues
    (``nodeFit: false``): find the oldest of their admitted gangs that has waited longer than
    `PARTIAL_HOLD_AFTER` without reaching its minimum; while there is one, node-blind queues
    admit nothing (Kueue's ``waitForPodsReady.blockAdmission``, once a gang is seen stuck).
@@ -664,6 +665,9 @@ class _Cycle:
         # are not held back by it).
         self.below: frozenset[str] = frozenset()
         self.aged = False  # the holder waited STARVATION_AFTER: it holds against younger gangs
+        # An aged holder in a queue the policy keeps strict (StrictFIFO): the gangs before it
+        # in its queue are never held back by it, as it waits behind them.
+        self.holder_strict = False
         self.preempted: dict[str, Reason] = {}
         # The holder's earliest possible start (see _holder_start); None until a gang that
         # could backfill asks.
@@ -750,13 +754,20 @@ class _Cycle:
         _, gang, fit = oldest
         if self.now - gang.submitted.time < STARVATION_AFTER:
             return
-        if not self.tree.queues[gang.queue].node_fit:
+        queue = self.tree.queues[gang.queue]
+        if not queue.node_fit:
+            return
+        if any(self.policy.blocking(self.tree.queues[view[0]]) == "all" for view in views):
+            # A head that does not fit blocks every queue: no younger gang passes the big gang
+            # but those before it in the policy's order, and holding one of those back would
+            # block the big gang itself, for ever.
             return
         floor = self.floor(gang)
         if self._quota_room(gang.queue, fit, floor)[0] < floor:
             return  # held back by its queue's quota, not by nodes: reserve nothing
         self.holder = gang
         self.aged = True
+        self.holder_strict = self.policy.blocking(queue) == "queue"
         self.reserved = self.state.reserve(fit, floor)
         self.below = self._below_fair_share()
 
@@ -1205,6 +1216,13 @@ class _Cycle:
                 or (
                     holder.submitted < gang.submitted
                     and (leaf == holder.queue or leaf not in self.below)
+                    and not (
+                        # Before the holder in its StrictFIFO queue: held back, it would
+                        # block the holder (the two would wait for each other for ever).
+                        self.holder_strict
+                        and leaf == holder.queue
+                        and gang.order_key < holder.order_key
+                    )
                 )
             )
             and not self._backfills(gang)

@@ -285,7 +285,8 @@ def test_a_reservation_never_holds_back_what_comes_before_it(
 ) -> None:
     """A gang admitted by the plan came before the holder in the policy's order or fit beside
     it: taking away the holder admits the same gangs before it (the plan's order is the
-    order of admission), so nothing before the holder waited for it.
+    order of admission), so nothing before the holder waited for it. A holder that has waited
+    STARVATION_AFTER holds against younger gangs whatever the order: only younger ones wait.
 
     Without runtime limits: a gang that backfills onto the reserved nodes may be admitted only
     because gangs without a limit were kept off them (tests/unit/test_planner.py covers
@@ -302,6 +303,15 @@ def test_a_reservation_never_holds_back_what_comes_before_it(
         if reason.code == "NoFit" and "holds a reservation" in reason.message
     }
     if not holders:
+        return
+    held = [gang_id for gang_id, r in decisions.pending.items() if r.code == "Reserved"]
+    if any("older and waiting" in decisions.pending[gang_id].message for gang_id in held):
+        # A holder that has waited STARVATION_AFTER holds against younger gangs whatever the
+        # policy's order (docs/policies.md, *No starvation*): gangs before it in the order may
+        # wait for it, but only younger ones.
+        (holder,) = holders
+        gangs = _gangs(snapshot)
+        assert all(gangs[holder].submitted < gangs[gang_id].submitted for gang_id in held)
         return
     without = dataclasses.replace(
         snapshot, pending=[g for g in snapshot.pending if g.id not in holders]
