@@ -118,10 +118,21 @@ class KubeconfigSource:
         return "kubeconfig " + ":".join(str(p) for p in self.paths)
 
     def load(self) -> Loaded:
-        config = _kubernetes_config()
-        from kubernetes.client import Configuration
-
         where = ":".join(str(p) for p in self.paths)
+        merged, present = self._merge(where)
+        wanted = self._context_name(merged, present, where)
+        configuration, loader, errors = _run_loader(merged.config, wanted, where)
+        context = loader.current_context.get("context") or {}
+        user_name = str(context.get("user") or "")
+        user = _user_entry(_plain(merged.config).get("users") or [], user_name)
+        _check_loaded(configuration, user, user_name, errors, where)
+        who = f"context {wanted}, user {user_name}"
+        namespace = context.get("namespace") or None
+        return Loaded(configuration, who, getattr(loader, "expiry", None), namespace)
+
+    def _merge(self, where: str) -> tuple[Any, list[Path]]:
+        """The files that exist, merged by the client library's `KubeConfigMerger`."""
+        config = _kubernetes_config()
         present = [p for p in self.paths if p.is_file()]
         if not present:
             missing = "no such file" if len(self.paths) == 1 else "none of these files exists"
@@ -138,6 +149,10 @@ class KubeconfigSource:
             raise KubeconfigError(f"kubeconfig {where} is not a kubeconfig: {exc}") from None
         if merged.config is None:
             raise KubeconfigError(f"kubeconfig {where} holds no configuration")
+        return merged, present
+
+    def _context_name(self, merged: Any, present: Sequence[Path], where: str) -> str:
+        """The context to load: ours, else kubectl's current-context; one the files define."""
         # kubectl's rule for merged files: the first file that names a current-context wins (the
         # client library's merger lets the last one win, so the context is chosen here).
         wanted = self.context or next(
@@ -160,45 +175,53 @@ class KubeconfigSource:
                 f'kubeconfig {where} has no context "{wanted}" ({choose}; '
                 "`kubectl config get-contexts` lists them)"
             )
-        configuration = Configuration()
-        with _loader_errors() as errors:
-            try:
-                loader = config.kube_config.KubeConfigLoader(
-                    config_dict=merged.config, active_context=wanted, config_base_path=None
-                )
-                loader.load_and_set(configuration)
-            except OSError as exc:
-                raise KubeconfigError(
-                    f"kubeconfig {where}, context {wanted}: cannot read {exc.filename}: "
-                    f"{exc.strerror}"
-                ) from None
-            except Exception as exc:  # ConfigException: a missing key, file or field
-                raise KubeconfigError(f"kubeconfig {where}, context {wanted}: {exc}") from None
-        context = loader.current_context.get("context") or {}
-        user_name = str(context.get("user") or "")
-        user = _user_entry(_plain(merged.config).get("users") or [], user_name)
-        given = configuration.api_key.get("BearerToken") or configuration.api_key.get(
-            "authorization"
-        )  # read directly: the refresh hook would run the plugin once more
-        if "exec" in user and not (given or configuration.cert_file):
-            command = (user.get("exec") or {}).get("command")
-            why = "; ".join(errors) or "it printed no token and no client certificate"
-            raise KubeconfigError(
-                f"kubeconfig {where}, user {user_name}: the exec credential plugin "
-                f"{command!r} gave no credentials: {why}"
+        return str(wanted)
+
+
+def _run_loader(merged_config: Any, wanted: str, where: str) -> tuple[Any, Any, list[str]]:
+    """(Configuration, loader, what it logged) of `KubeConfigLoader` on context `wanted`."""
+    config = _kubernetes_config()
+    from kubernetes.client import Configuration
+
+    configuration = Configuration()
+    with _loader_errors() as errors:
+        try:
+            loader = config.kube_config.KubeConfigLoader(
+                config_dict=merged_config, active_context=wanted, config_base_path=None
             )
-        host = str(configuration.host or "")
-        if not host.startswith("https://"):
-            raise KubeconfigError(f"kubeconfig {where}: server {host!r} is not an https URL")
-        proxy = configuration.proxy
-        if proxy and urlsplit(str(proxy)).scheme != "http":
+            loader.load_and_set(configuration)
+        except OSError as exc:
             raise KubeconfigError(
-                f"kubeconfig {where}: proxy-url {proxy} is not supported: only http:// proxies "
-                "(HTTP CONNECT) are"
-            )
-        who = f"context {wanted}, user {user_name}"
-        namespace = context.get("namespace") or None
-        return Loaded(configuration, who, getattr(loader, "expiry", None), namespace)
+                f"kubeconfig {where}, context {wanted}: cannot read {exc.filename}: {exc.strerror}"
+            ) from None
+        except Exception as exc:  # ConfigException: a missing key, file or field
+            raise KubeconfigError(f"kubeconfig {where}, context {wanted}: {exc}") from None
+    return configuration, loader, errors
+
+
+def _check_loaded(
+    configuration: Any, user: Mapping[str, Any], user_name: str, errors: list[str], where: str
+) -> None:
+    """Refuse what the loader accepted but no request can use (it logs instead of raising)."""
+    given = configuration.api_key.get("BearerToken") or configuration.api_key.get(
+        "authorization"
+    )  # read directly: the refresh hook would run the plugin once more
+    if "exec" in user and not (given or configuration.cert_file):
+        command = (user.get("exec") or {}).get("command")
+        why = "; ".join(errors) or "it printed no token and no client certificate"
+        raise KubeconfigError(
+            f"kubeconfig {where}, user {user_name}: the exec credential plugin "
+            f"{command!r} gave no credentials: {why}"
+        )
+    host = str(configuration.host or "")
+    if not host.startswith("https://"):
+        raise KubeconfigError(f"kubeconfig {where}: server {host!r} is not an https URL")
+    proxy = configuration.proxy
+    if proxy and urlsplit(str(proxy)).scheme != "http":
+        raise KubeconfigError(
+            f"kubeconfig {where}: proxy-url {proxy} is not supported: only http:// proxies "
+            "(HTTP CONNECT) are"
+        )
 
 
 def _plain(node: Any) -> Any:

@@ -680,6 +680,27 @@ class _Replay:
             self.jobs.stop()
         reasons = self._stuck_reasons(horizon_reached)
         plan_calls, plan_seconds = self.session.plan_figures()
+        self._warn_problems(runner)
+        result = timeline.result(
+            stuck_reasons=reasons,
+            horizon_reached=horizon_reached,
+            end_wall=end_wall,
+            wall_seconds=time.perf_counter() - began,
+            plan_calls=plan_calls,
+            plan_seconds=plan_seconds,
+        )
+        cpu_after = self.session.cpu_seconds()
+        if self.admission == "muster":
+            ended = sum(1 for r in result.gangs if r.state in (FINISHED, FAILED))
+            self.session.save_history(list(self.namespaces.values()), ended)
+        if clean_up:
+            self._cleanup_namespaces()
+        self._record_figures(runner, result, cpu_before, cpu_after)
+        self._log_start_latency()
+        return result
+
+    def _warn_problems(self, runner: GangRunner) -> None:
+        """Log the first errors of the runner, reconcilers and watches, and any second wave."""
         problems = [
             *runner.errors[:3],
             *(e for r in self.reconcilers.values() for e in r.errors[:3]),
@@ -697,21 +718,16 @@ class _Replay:
             )
         for problem in problems:
             self.session.log(f"warning: {problem}")
-        result = timeline.result(
-            stuck_reasons=reasons,
-            horizon_reached=horizon_reached,
-            end_wall=end_wall,
-            wall_seconds=time.perf_counter() - began,
-            plan_calls=plan_calls,
-            plan_seconds=plan_seconds,
-        )
-        cpu_after = self.session.cpu_seconds()
-        if self.admission == "muster":
-            ended = sum(1 for r in result.gangs if r.state in (FINISHED, FAILED))
-            self.session.save_history(list(self.namespaces.values()), ended)
-        if clean_up:
-            self._cleanup_namespaces()
-        lags = sorted(timeline.lags)
+
+    def _record_figures(
+        self,
+        runner: GangRunner,
+        result: EngineResult,
+        cpu_before: dict[str, float],
+        cpu_after: dict[str, float],
+    ) -> None:
+        """The replay's own figures (looks, submit lag, latencies, CPU) for the benches."""
+        lags = sorted(self.timeline.lags)
         self.session.figures[self.admission] = {
             "looks": self.looks,
             "look_s_mean": round(self.look_seconds / self.looks, 4) if self.looks else None,
@@ -719,14 +735,17 @@ class _Replay:
             "submit_lag_max_s": round(lags[-1], 3) if lags else None,
             "gang_runs": runner.runs,
             "second_wave_pods": sum(runner.stragglers.values()),
-            "latency_wall_s": timeline.latency_figures(),
+            "latency_wall_s": self.timeline.latency_figures(),
             "replay_wall_s": round(result.wall_seconds, 3),
             "cpu_s": {
                 name: round(cpu_after[name] - cpu_before.get(name, 0.0), 2) for name in cpu_after
             },
             "loadavg_1m_end": round(os.getloadavg()[0], 2),
         }
-        started = timeline.latency_figures().get("admitted_to_started")
+
+    def _log_start_latency(self) -> None:
+        """Say how long admitted gangs took to run, in wall and in trace time."""
+        started = self.timeline.latency_figures().get("admitted_to_started")
         if started is not None:
             in_trace = started["p50"] * self.settings.time_scale
             self.session.log(
@@ -736,7 +755,6 @@ class _Replay:
                 f"{self.trace.pod_start_delay:g}s): waits and makespan include it; a smaller "
                 "--time-scale weighs it less (docs/simulator.md, 'The kwok engine')"
             )
-        return result
 
     # -- submissions ----------------------------------------------------------------
 

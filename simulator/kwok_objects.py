@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from admission import kubeapi
-from policies import Preemption, Resources, Toleration
+from policies import Gang, Preemption, Resources, Toleration
 from policies.vocabulary import ELASTIC_AFTER, GANG, GANG_RUNTIME, MIN_MEMBERS, PRIORITY, QUEUE
 from simulator.controlplane.cluster import FAKE_NODE_TAINT, kwok_node
 from simulator.trace import QueueSpec, SubmittedGang, Trace
@@ -251,26 +251,9 @@ def gang_object(
     elastic wait (compressed by `scale`) go in muster's annotations.
     """
     gang = arrival.gang
-    name = gang.submitted.name
-    runtime = wall_duration(arrival.runtime, scale)
-    selector = {**dict(gang.node_selector), **dict(node_selector or {})}
-    tolerations = [{"key": FAKE_NODE_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}]
-    tolerations.extend(_toleration(t) for t in gang.tolerations)
-    pod_labels = {GANG: name, SIM_RUN: run}
-    affinity: dict[str, Any] = {}
-    if gang.one_pod_per_node:
-        affinity = {
-            "podAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"labelSelector": {"matchLabels": {GANG: name}}, "topologyKey": HOSTNAME}
-                ]
-            }
-        }
-    resources = container_resources(gang.pod_requests)
-    labels: dict[str, str] = {SIM_RUN: run}
-    if admission == "muster":
-        labels[QUEUE] = gang.queue
-    minimum = str(gang.min)
+    parts = _PodParts.of(
+        arrival, admission=admission, scale=scale, run=run, node_selector=node_selector
+    )
     gang_fields: dict[str, str] = {}
     if gang.priority + priority_shift:
         gang_fields[PRIORITY] = str(gang.priority + priority_shift)
@@ -280,59 +263,132 @@ def gang_object(
         wall_deadline_seconds(gang.runtime_limit, scale) if gang.runtime_limit is not None else None
     )
     if gang.kind == "MiniCluster":
-        spec: dict[str, Any] = {
-            "size": gang.size,
-            "jobLabels": {SIM_RUN: run, MIN_MEMBERS: minimum},
-            "containers": [{"name": "main", "image": "muster-sim", "resources": resources}],
-            "pod": {
-                "labels": pod_labels,
-                "annotations": {GANG_RUNTIME: runtime},
-                "tolerations": tolerations,
-                **({"nodeSelector": selector} if selector else {}),
-            },
-        }
-        if not gang.one_pod_per_node:
-            # The operator spreads a MiniCluster's pods one per node unless told not to.
-            spec["network"] = {"disableAffinity": True}
-        if gang.min_size is not None:
-            spec["minSize"] = gang.min_size
-        if deadline is not None:
-            spec["deadlineSeconds"] = deadline  # the operator's Job: activeDeadlineSeconds
-        body = {
-            "apiVersion": MINICLUSTER_API,
-            "kind": "MiniCluster",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "labels": labels,
-                **({"annotations": gang_fields} if gang_fields else {}),
-            },
-            "spec": spec,
-        }
-        return GangObject(
-            path=kubeapi.MINICLUSTERS.path(namespace),
-            body=body,
-            namespace=namespace,
-            job_name=name,
-            kind="MiniCluster",
+        return _minicluster_object(gang, parts, namespace, gang_fields, deadline)
+    return _job_object(gang, parts, namespace, gang_fields, deadline)
+
+
+@dataclass(frozen=True)
+class _PodParts:
+    """What a gang's Job and MiniCluster share: its labels and its pods' template parts."""
+
+    name: str
+    run: str
+    runtime: str
+    """The pods' compressed runtime (the GANG_RUNTIME annotation kwok's stages read)."""
+    selector: dict[str, str]
+    tolerations: list[dict[str, Any]]
+    pod_labels: dict[str, str]
+    resources: dict[str, Any]
+    labels: dict[str, str]
+    minimum: str
+
+    @classmethod
+    def of(
+        cls,
+        arrival: SubmittedGang,
+        *,
+        admission: Admission,
+        scale: float,
+        run: str,
+        node_selector: Mapping[str, str] | None,
+    ) -> _PodParts:
+        gang = arrival.gang
+        name = gang.submitted.name
+        tolerations = [
+            {"key": FAKE_NODE_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+        ]
+        tolerations.extend(_toleration(t) for t in gang.tolerations)
+        labels: dict[str, str] = {SIM_RUN: run}
+        if admission == "muster":
+            labels[QUEUE] = gang.queue
+        return cls(
+            name=name,
+            run=run,
+            runtime=wall_duration(arrival.runtime, scale),
+            selector={**dict(gang.node_selector), **dict(node_selector or {})},
+            tolerations=tolerations,
+            pod_labels={GANG: name, SIM_RUN: run},
+            resources=container_resources(gang.pod_requests),
+            labels=labels,
+            minimum=str(gang.min),
         )
+
+
+def _minicluster_object(
+    gang: Gang,
+    parts: _PodParts,
+    namespace: str,
+    gang_fields: dict[str, str],
+    deadline: int | None,
+) -> GangObject:
+    spec: dict[str, Any] = {
+        "size": gang.size,
+        "jobLabels": {SIM_RUN: parts.run, MIN_MEMBERS: parts.minimum},
+        "containers": [{"name": "main", "image": "muster-sim", "resources": parts.resources}],
+        "pod": {
+            "labels": parts.pod_labels,
+            "annotations": {GANG_RUNTIME: parts.runtime},
+            "tolerations": parts.tolerations,
+            **({"nodeSelector": parts.selector} if parts.selector else {}),
+        },
+    }
+    if not gang.one_pod_per_node:
+        # The operator spreads a MiniCluster's pods one per node unless told not to.
+        spec["network"] = {"disableAffinity": True}
+    if gang.min_size is not None:
+        spec["minSize"] = gang.min_size
+    if deadline is not None:
+        spec["deadlineSeconds"] = deadline  # the operator's Job: activeDeadlineSeconds
+    body = {
+        "apiVersion": MINICLUSTER_API,
+        "kind": "MiniCluster",
+        "metadata": {
+            "name": parts.name,
+            "namespace": namespace,
+            "labels": parts.labels,
+            **({"annotations": gang_fields} if gang_fields else {}),
+        },
+        "spec": spec,
+    }
+    return GangObject(
+        path=kubeapi.MINICLUSTERS.path(namespace),
+        body=body,
+        namespace=namespace,
+        job_name=parts.name,
+        kind="MiniCluster",
+    )
+
+
+def _job_object(
+    gang: Gang,
+    parts: _PodParts,
+    namespace: str,
+    gang_fields: dict[str, str],
+    deadline: int | None,
+) -> GangObject:
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "containers": [{"name": "main", "image": "muster-sim", "resources": resources}],
-        "tolerations": tolerations,
+        "containers": [{"name": "main", "image": "muster-sim", "resources": parts.resources}],
+        "tolerations": parts.tolerations,
     }
-    if selector:
-        pod_spec["nodeSelector"] = selector
-    if affinity:
-        pod_spec["affinity"] = affinity
+    if parts.selector:
+        pod_spec["nodeSelector"] = parts.selector
+    if gang.one_pod_per_node:
+        pod_spec["affinity"] = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {GANG: parts.name}}, "topologyKey": HOSTNAME}
+                ]
+            }
+        }
     body = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": name,
+            "name": parts.name,
             "namespace": namespace,
-            "labels": labels,
-            "annotations": {MIN_MEMBERS: minimum, **gang_fields},
+            "labels": parts.labels,
+            "annotations": {MIN_MEMBERS: parts.minimum, **gang_fields},
         },
         "spec": {
             "parallelism": gang.size,
@@ -340,7 +396,10 @@ def gang_object(
             "completionMode": "Indexed",
             "backoffLimit": 100,
             "template": {
-                "metadata": {"labels": pod_labels, "annotations": {GANG_RUNTIME: runtime}},
+                "metadata": {
+                    "labels": parts.pod_labels,
+                    "annotations": {GANG_RUNTIME: parts.runtime},
+                },
                 "spec": pod_spec,
             },
             **({"activeDeadlineSeconds": deadline} if deadline is not None else {}),
@@ -350,6 +409,6 @@ def gang_object(
         path=kubeapi.JOBS.path(namespace),
         body=body,
         namespace=namespace,
-        job_name=name,
+        job_name=parts.name,
         kind="Job",
     )

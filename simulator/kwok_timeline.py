@@ -191,6 +191,37 @@ class Timeline:
         with self._lock:
             submitted, self._submitted = self._submitted, []
             runs, self._runs = self._runs, []
+        changed = self._take_submissions(submitted)
+        self._take_runs(runs)
+        created, bound, running = self._pod_counts(pods)
+        by_index: dict[int, Mapping[str, Any]] = {}
+        for job in jobs:
+            meta = job.get("metadata") or {}
+            gang = self.by_job.get((meta.get("namespace") or "", meta.get("name") or ""))
+            if gang is not None:
+                by_index[gang] = job
+        for record in self.gangs:
+            if record.state in (WAITING, FINISHED, FAILED):
+                continue
+            seen = self.seen[record.index]
+            pods_bound, pods_running = bound.get(record.index, 0), running.get(record.index, 0)
+            if (pods_bound, pods_running) != (seen.bound, seen.running):
+                seen.bound, seen.running = pods_bound, pods_running
+                record.bound_pods, record.running_pods = pods_bound, pods_running
+                changed = True
+            self._note_pods(record, seen, created.get(record.index, 0), wall)
+            found_job = by_index.get(record.index)
+            if self.muster:
+                changed |= self._observe_muster(record, seen, found_job, wall, now)
+            else:
+                changed |= self._observe_none(record, seen, found_job, wall, now)
+        if changed:
+            self.events += 1
+            self._sample(now)
+        return changed
+
+    def _take_submissions(self, submitted: Sequence[tuple[int, float]]) -> bool:
+        """Gangs whose create was sent: pending from then (their trace time is when it was)."""
         changed = False
         for index, sent in submitted:
             record = self.gangs[index]
@@ -200,6 +231,10 @@ class Timeline:
             record.gang = _with_submit_time(record.gang, at)
             self._set_state(record, PENDING, at)
             changed = True
+        return changed
+
+    def _take_runs(self, runs: Sequence[tuple[tuple[str, str], float, float]]) -> None:
+        """Runs the gang runner started: the gang's start, and its latencies since admission."""
         for key, started, ends in runs:
             found = self.by_job.get(key)
             if found is None:
@@ -225,6 +260,11 @@ class Timeline:
                 # minSize pods were bound no later than they ran; a look may have come later.
                 record.first_admitted = record.admitted_at = record.started
                 record.admitted_size = max(seen.bound, record.gang.min)
+
+    def _pod_counts(
+        self, pods: Iterable[Mapping[str, Any]]
+    ) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+        """(created, bound, running) live pods per gang index."""
         bound: dict[int, int] = defaultdict(int)
         running: dict[int, int] = defaultdict(int)
         created: dict[int, int] = defaultdict(int)
@@ -240,47 +280,27 @@ class Timeline:
             bound[owner] += 1
             if (pod.get("status") or {}).get("phase") == "Running":
                 running[owner] += 1
-        by_index: dict[int, Mapping[str, Any]] = {}
-        for job in jobs:
-            meta = job.get("metadata") or {}
-            gang = self.by_job.get((meta.get("namespace") or "", meta.get("name") or ""))
-            if gang is not None:
-                by_index[gang] = job
-        for record in self.gangs:
-            if record.state in (WAITING, FINISHED, FAILED):
-                continue
-            seen = self.seen[record.index]
-            pods_bound, pods_running = bound.get(record.index, 0), running.get(record.index, 0)
-            if (pods_bound, pods_running) != (seen.bound, seen.running):
-                seen.bound, seen.running = pods_bound, pods_running
-                record.bound_pods, record.running_pods = pods_bound, pods_running
-                changed = True
-            if (
-                seen.run_ends is not None
-                and seen.completed is None
-                and wall >= seen.run_ends
-                and not created.get(record.index)
-            ):
-                # kwok completed every pod of the run (none is live any more): the gang is done
-                # now, which may be later than the runtime said when kwok is behind.
-                seen.completed = wall
-            if seen.admitted_wall is not None and seen.run_started is None:
-                target = record.admitted_size or record.gang.size
-                if seen.created_wall is None and created.get(record.index, 0) >= target:
-                    seen.created_wall = wall
-                if seen.bound_wall is None and pods_bound >= target:
-                    seen.bound_wall = wall
-                if seen.running_wall is None and pods_running >= record.gang.min:
-                    seen.running_wall = wall
-            found_job = by_index.get(record.index)
-            if self.muster:
-                changed |= self._observe_muster(record, seen, found_job, wall, now)
-            else:
-                changed |= self._observe_none(record, seen, found_job, wall, now)
-        if changed:
-            self.events += 1
-            self._sample(now)
-        return changed
+        return created, bound, running
+
+    def _note_pods(self, record: GangRecord, seen: _Seen, created: int, wall: float) -> None:
+        """When the run's pods were all gone (completed), and the admitted gang's pod marks."""
+        if (
+            seen.run_ends is not None
+            and seen.completed is None
+            and wall >= seen.run_ends
+            and not created
+        ):
+            # kwok completed every pod of the run (none is live any more): the gang is done
+            # now, which may be later than the runtime said when kwok is behind.
+            seen.completed = wall
+        if seen.admitted_wall is not None and seen.run_started is None:
+            target = record.admitted_size or record.gang.size
+            if seen.created_wall is None and created >= target:
+                seen.created_wall = wall
+            if seen.bound_wall is None and seen.bound >= target:
+                seen.bound_wall = wall
+            if seen.running_wall is None and seen.running >= record.gang.min:
+                seen.running_wall = wall
 
     def _observe_muster(
         self,
@@ -294,58 +314,19 @@ class Timeline:
             return False  # the MiniCluster's Job is not there yet: still pending
         meta = job.get("metadata") or {}
         annotations: Mapping[str, str] = meta.get("annotations") or {}
-        changed = False
         evictions = _int(annotations.get(EVICTIONS))
         failed = marked_failed(annotations)
-        if evictions > seen.evictions:
-            reason = annotations.get(EVICTED_REASON, "")
-            queue = self.queue_names[record.queue]
-            for count in range(seen.evictions + 1, evictions + 1):
-                if reason in CLOG_REASONS:
-                    record.clogs += 1
-                    self.incidents.append(Incident(now, "clog", record.gang.id, queue))
-                final = failed and count == evictions
-                self.incidents.append(
-                    Incident(now, "fail" if final else "evict", record.gang.id, queue)
-                )
-            seen.evictions = record.evictions = evictions
-            seen.run_started = seen.run_ends = None  # a new admission starts a new run
-            changed = True
-        preemptions = _int(annotations.get(PREEMPTIONS))
-        if preemptions > seen.preemptions:
-            queue = self.queue_names[record.queue]
-            for _ in range(seen.preemptions, preemptions):
-                self.incidents.append(Incident(now, "preempt", record.gang.id, queue))
-            seen.preemptions = record.preemptions = preemptions
-            seen.run_started = seen.run_ends = None  # preempted: its run starts over
-            changed = True
+        changed = self._observe_evictions(record, seen, annotations, evictions, failed, now)
+        changed |= self._observe_preemptions(record, seen, annotations, now)
         if REQUEUE_AT in annotations:
             try:
                 seen.requeue_at = parse_time(annotations[REQUEUE_AT])
             except ValueError:
                 seen.requeue_at = 0.0
         admitted = annotations.get(ADMITTED_ANNOTATION)
-        if admitted is not None and admitted != seen.admission:
-            try:
-                at, size = parse_admitted(admitted)
-            except ValueError:
-                at, size = wall, record.gang.size
-            record.admitted_at = self.trace_time(at)
-            if record.first_admitted is None:
-                record.first_admitted = record.admitted_at
-            record.admitted_size = size
-            seen.admitted_wall = at
-            seen.created_wall = seen.bound_wall = seen.running_wall = None
-            changed = True
-        seen.admission = admitted
+        changed |= self._observe_admitted(record, seen, admitted, wall)
         status = job.get("status") or {}
-        if admitted is None:
-            seen.job_ready_seen = False
-        elif not seen.job_ready_seen and seen.admitted_wall is not None:
-            ready = _int(str(status.get("ready") or 0)) + _int(str(status.get("succeeded") or 0))
-            if ready >= record.gang.min:
-                seen.job_ready_seen = True
-                self.latencies["admitted_to_job_ready"].append(wall - seen.admitted_wall)
+        self._note_job_ready(record, seen, admitted, status, wall)
         if _condition(status, "Complete"):
             record.finished = self._finish_time(seen, now)
             self._set_state(record, FINISHED, record.finished)
@@ -372,6 +353,83 @@ class Timeline:
             self._set_state(record, state, now)
             changed = True
         return changed
+
+    def _observe_evictions(
+        self,
+        record: GangRecord,
+        seen: _Seen,
+        annotations: Mapping[str, str],
+        evictions: int,
+        failed: bool,
+        now: float,
+    ) -> bool:
+        """A rise of muster.dev/evictions: one incident per eviction (and a clog, a fail)."""
+        if evictions <= seen.evictions:
+            return False
+        reason = annotations.get(EVICTED_REASON, "")
+        queue = self.queue_names[record.queue]
+        for count in range(seen.evictions + 1, evictions + 1):
+            if reason in CLOG_REASONS:
+                record.clogs += 1
+                self.incidents.append(Incident(now, "clog", record.gang.id, queue))
+            final = failed and count == evictions
+            self.incidents.append(
+                Incident(now, "fail" if final else "evict", record.gang.id, queue)
+            )
+        seen.evictions = record.evictions = evictions
+        seen.run_started = seen.run_ends = None  # a new admission starts a new run
+        return True
+
+    def _observe_preemptions(
+        self, record: GangRecord, seen: _Seen, annotations: Mapping[str, str], now: float
+    ) -> bool:
+        """A rise of muster.dev/preemptions: one incident each; the run starts over."""
+        preemptions = _int(annotations.get(PREEMPTIONS))
+        if preemptions <= seen.preemptions:
+            return False
+        queue = self.queue_names[record.queue]
+        for _ in range(seen.preemptions, preemptions):
+            self.incidents.append(Incident(now, "preempt", record.gang.id, queue))
+        seen.preemptions = record.preemptions = preemptions
+        seen.run_started = seen.run_ends = None  # preempted: its run starts over
+        return True
+
+    def _observe_admitted(
+        self, record: GangRecord, seen: _Seen, admitted: str | None, wall: float
+    ) -> bool:
+        """A new muster.dev/admitted stamp: the gang's admission time and size."""
+        changed = False
+        if admitted is not None and admitted != seen.admission:
+            try:
+                at, size = parse_admitted(admitted)
+            except ValueError:
+                at, size = wall, record.gang.size
+            record.admitted_at = self.trace_time(at)
+            if record.first_admitted is None:
+                record.first_admitted = record.admitted_at
+            record.admitted_size = size
+            seen.admitted_wall = at
+            seen.created_wall = seen.bound_wall = seen.running_wall = None
+            changed = True
+        seen.admission = admitted
+        return changed
+
+    def _note_job_ready(
+        self,
+        record: GangRecord,
+        seen: _Seen,
+        admitted: str | None,
+        status: Mapping[str, Any],
+        wall: float,
+    ) -> None:
+        """The admitted_to_job_ready latency: when the Job first counted minSize ready pods."""
+        if admitted is None:
+            seen.job_ready_seen = False
+        elif not seen.job_ready_seen and seen.admitted_wall is not None:
+            ready = _int(str(status.get("ready") or 0)) + _int(str(status.get("succeeded") or 0))
+            if ready >= record.gang.min:
+                seen.job_ready_seen = True
+                self.latencies["admitted_to_job_ready"].append(wall - seen.admitted_wall)
 
     def _observe_none(
         self,

@@ -228,21 +228,36 @@ def write_plots(results: Sequence[EngineResult], out_dir: Path) -> list[tuple[st
     import matplotlib.pyplot as plt
 
     x_end = max((_x_end(r) for r in results), default=1.0)
-    plots: list[tuple[str, str]] = []
+    figures = _Figures(plt, len(results), out_dir)
+    _plot_utilization(figures, results, x_end)
+    _plot_pending(figures, results, x_end)
+    _plot_wait_cdf(figures, results)
+    _plot_incidents(figures, results, x_end)
+    return figures.plots
 
-    def figure(name: str, caption: str) -> tuple[Any, list[Any]]:
-        fig, axes = plt.subplots(
-            1, len(results), figsize=(6.0 * len(results), 3.6), squeeze=False, sharey=True
+
+class _Figures:
+    """Makes each plot's figure (one column of axes per engine) and records its caption."""
+
+    def __init__(self, plt: Any, columns: int, out_dir: Path) -> None:
+        self.plt, self.columns, self.out_dir = plt, columns, out_dir
+        self.plots: list[tuple[str, str]] = []
+
+    def new(self, name: str, caption: str) -> tuple[Any, list[Any]]:
+        fig, axes = self.plt.subplots(
+            1, self.columns, figsize=(6.0 * self.columns, 3.6), squeeze=False, sharey=True
         )
-        plots.append((name, caption))
+        self.plots.append((name, caption))
         return fig, list(axes[0])
 
-    def save(fig: Any, name: str) -> None:
+    def save(self, fig: Any, name: str) -> None:
         fig.tight_layout()
-        fig.savefig(out_dir / name, dpi=100)
-        plt.close(fig)
+        fig.savefig(self.out_dir / name, dpi=100)
+        self.plt.close(fig)
 
-    fig, axes = figure(
+
+def _plot_utilization(figures: _Figures, results: Sequence[EngineResult], x_end: float) -> None:
+    fig, axes = figures.new(
         "utilization.png",
         "Cluster utilization: share of the cluster's "
         f"{results[0].utilization_resource if results else 'cpu'} held by running gangs (solid) "
@@ -254,9 +269,11 @@ def write_plots(results: Sequence[EngineResult], out_dir: Path) -> list[tuple[st
         ax.step(times, alloc, where="post", linestyle="--", label="bound")
         ax.set_ylim(0, 1.05)
         _decorate(ax, result, "share of cluster")
-    save(fig, "utilization.png")
+    figures.save(fig, "utilization.png")
 
-    fig, axes = figure(
+
+def _plot_pending(figures: _Figures, results: Sequence[EngineResult], x_end: float) -> None:
+    fig, axes = figures.new(
         "pending.png",
         "Gangs per queue over time: pending (solid: not admitted / no pod bound) and holding "
         "(dashed: holding capacity with fewer than min pods running).",
@@ -274,9 +291,11 @@ def write_plots(results: Sequence[EngineResult], out_dir: Path) -> list[tuple[st
                 label=f"{name} holding",
             )
         _decorate(ax, result, "gangs")
-    save(fig, "pending.png")
+    figures.save(fig, "pending.png")
 
-    fig, axes = figure(
+
+def _plot_wait_cdf(figures: _Figures, results: Sequence[EngineResult]) -> None:
+    fig, axes = figures.new(
         "wait_cdf.png",
         "Wait-time CDF per queue (wait = gang started − submitted; gangs that never started are "
         "not in the curve, so a curve ending below 1 shows the unstarted fraction).",
@@ -302,9 +321,11 @@ def write_plots(results: Sequence[EngineResult], out_dir: Path) -> list[tuple[st
         ax.set_title(ENGINE_LABELS.get(result.admission, result.admission))
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    save(fig, "wait_cdf.png")
+    figures.save(fig, "wait_cdf.png")
 
-    fig, axes = figure(
+
+def _plot_incidents(figures: _Figures, results: Sequence[EngineResult], x_end: float) -> None:
+    fig, axes = figures.new(
         "incidents.png",
         "Cumulative clogs (a gang holding capacity with fewer than min pods running past its "
         "clog timeout), evictions, preemptions and failures over time.",
@@ -316,8 +337,7 @@ def write_plots(results: Sequence[EngineResult], out_dir: Path) -> list[tuple[st
             ys = [0, *range(1, len(times) + 1), len(times)]
             ax.step(xs, ys, where="post", label=f"{kind} ({len(times)})")
         _decorate(ax, result, "count")
-    save(fig, "incidents.png")
-    return plots
+    figures.save(fig, "incidents.png")
 
 
 def _queue_counts(q: int) -> Callable[[Sample], tuple[float, float]]:

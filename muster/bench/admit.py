@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -191,9 +192,6 @@ class AdmissionWatch:
 
 
 def run(args: argparse.Namespace) -> int:
-    from muster.bench.apiserver import measure_patches
-    from simulator.controlplane.minicluster import apply_crd
-
     def say(message: str) -> None:
         if not args.json:
             print(message, file=sys.stderr, flush=True)
@@ -215,117 +213,29 @@ def run(args: argparse.Namespace) -> int:
     ns, raw_ns, backlog_ns = f"bench-admit-{stamp}", f"bench-raw-{stamp}", f"bench-backlog-{stamp}"
     queues = [(ns, {}), (f"{ns}-full", {"nominal": {"cpu": "1m"}}), (backlog_ns, {})]
     try:
-        apply_crd(client, queue_crd())
-        for name in (ns, raw_ns, backlog_ns):
-            client.create(kubeapi.NAMESPACES.path(), {"metadata": {"name": name}})
-        for queue, spec in queues:
-            client.create(
-                QUEUES,
-                {
-                    "apiVersion": "muster.dev/v1alpha1",
-                    "kind": "Queue",
-                    "metadata": {"name": queue},
-                    "spec": spec,
-                },
-            )
+        _create_namespaces_and_queues(client, (ns, raw_ns, backlog_ns), queues)
         # 2. Raw PATCH/s of this apiserver, before muster adds load.
-        raw_jobs = [f"raw-{i}" for i in range(64)]
-        for name in raw_jobs:
-            client.create(kubeapi.JOBS.path(raw_ns), _job(name, None, True))
-        raw = measure_patches(client, raw_ns, raw_jobs, args.patches, args.concurrency)
-        raw_rate = float(raw["patch_per_s"])
+        raw_rate = _raw_patch_rate(client, raw_ns, args)
         say(f"raw PATCH/s: {raw_rate:.0f}")
         # 3. muster run --local (webhook in a child process, controller in the parent).
         proc, _ = _start_muster(kubeconfig)
         procs.append(proc)
         # 4. The burst: from the first create to the last admission.
-        pids = observed.component_pids() if observed is not None else {}
-        pids["muster"] = proc.pid
-        for child in _children(proc.pid):
-            pids["muster-webhook"] = child
-        cpu_before = _cpu(pids)
-        names = [f"g-{i:05d}" for i in range(args.jobs)]
-        say(f"creating {args.jobs} Jobs from {args.submitters} threads ...")
-        watch = AdmissionWatch(client, ns).start()
-        watches.append(watch)
-        first = _create_many(client, ns, names, ns, args.submitters)
-        created = time.time()
-        times = watch.wait(args.jobs, 600)
-        last = max(times) if times else time.time()
-        cpu_after = _cpu(pids)
-        cpu = {k: round(cpu_after[k] - v, 1) for k, v in cpu_before.items() if k in cpu_after}
-        gangs_per_s = len(times) / max(last - first, 1e-9)
-        rss = _rss_mb(proc.pid)
-        muster_cpu = cpu.get("muster", 0.0) + cpu.get("muster-webhook", 0.0)
-        result: dict[str, Any] = {
-            "jobs": args.jobs,
-            "admitted": len(times),
-            "nodes": args.nodes,
-            "create_s": round(created - first, 2),
-            "admit_s": round(last - first, 2),
-            "gangs_per_s": round(gangs_per_s, 1),
-            "raw_patch_per_s": round(raw_rate, 1),
-            "ratio": round(gangs_per_s / raw_rate, 3),
-            "controller_rss_mb": round(rss, 1),
-            "cpu_s": cpu,
-            "muster_cpu_ms_per_gang": round(1000 * muster_cpu / max(len(times), 1), 2),
-            "load_avg_1m": round(os.getloadavg()[0], 2),
-        }
-        if not args.json:
-            say(f"burst CPU seconds (first create to last admit, {last - first:.1f} s wall):")
-            for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
-                say(f"  {name:<24} {seconds:7.1f}")
-        ok = len(times) >= args.jobs
+        result = _burst(args, client, ns, proc, observed, watches, raw_rate, say)
+        ok = result["admitted"] >= args.jobs
         # 5. A backlog: Jobs created (suspended, stamped by the webhook alone) while no
         #    controller runs; then the controller starts and admits them. From when it is ready
         #    to the last admission, admission is bound by the controller and PATCHes only.
         if args.backlog:
             proc.stop(timeout=60)
-            webhook, _ = _start_muster(kubeconfig, "--no-controller")
-            procs.append(webhook)
-            backlog = [f"b-{i:05d}" for i in range(args.backlog)]
-            say(f"creating a backlog of {args.backlog} Jobs with no controller running ...")
-            _create_many(client, backlog_ns, backlog, backlog_ns, args.submitters)
-            bwatch = AdmissionWatch(client, backlog_ns).start()
-            watches.append(bwatch)
-            started = time.time()
-            controller, ready = _start_muster(kubeconfig, "--no-webhook")
-            procs.append(controller)
-            cpu_start = _cpu({"muster": controller.pid})["muster"]
-            btimes = bwatch.wait(args.backlog, 600)
-            blast = max(btimes) if btimes else time.time()
-            bcpu = (_cpu({"muster": controller.pid}).get("muster") or 0.0) - cpu_start
-            # The controller admits before (or as) it is seen ready; count from its start.
-            backlog_rate = len(btimes) / max(
-                blast - min(ready, btimes[0] if btimes else ready), 1e-9
+            proc, figures = _backlog(
+                args, client, kubeconfig, backlog_ns, procs, watches, raw_rate, say
             )
-            result.update(
-                {
-                    "backlog": args.backlog,
-                    "backlog_admitted": len(btimes),
-                    "backlog_start_s": round(ready - started, 2),
-                    "backlog_admit_s": round(blast - ready, 2),
-                    "backlog_gangs_per_s": round(backlog_rate, 1),
-                    "backlog_ratio": round(backlog_rate / raw_rate, 3),
-                    "backlog_controller_cpu_s": round(bcpu, 1),
-                }
-            )
-            say(
-                f"backlog: {len(btimes)} admitted in {blast - ready:.1f} s after the controller "
-                f"was ready ({ready - started:.1f} s to start): {backlog_rate:.0f} gangs/s"
-            )
-            ok = ok and len(btimes) >= args.backlog
-            proc = controller
+            result.update(figures)
+            ok = ok and result["backlog_admitted"] >= args.backlog
         # 6. RSS with N gangs pending.
         if args.rss_pending:
-            pending = [f"p-{i:05d}" for i in range(args.rss_pending)]
-            say(f"creating {args.rss_pending} pending Jobs ...")
-            _create_many(client, ns, pending, f"{ns}-full", args.submitters)
-            time.sleep(10)
-            result["pending"] = args.rss_pending
-            result["controller_rss_mb_at_pending"] = round(_rss_mb(proc.pid), 1)
-            for child in _children(proc.pid):
-                result["webhook_rss_mb_at_pending"] = round(_rss_mb(child), 1)
+            result.update(_rss_at_pending(args, client, ns, proc, say))
         print(json.dumps(result), flush=True)
         return 0 if ok else 1
     finally:
@@ -342,3 +252,149 @@ def run(args: argparse.Namespace) -> int:
         client.close()
         if cluster is not None:
             cluster.down(quiet=True)
+
+
+def _create_namespaces_and_queues(
+    client: KubeClient, namespaces: tuple[str, ...], queues: list[tuple[str, dict[str, Any]]]
+) -> None:
+    """Step 1's objects: the Queue CRD, the bench's namespaces and its queues."""
+    from simulator.controlplane.minicluster import apply_crd
+
+    apply_crd(client, queue_crd())
+    for name in namespaces:
+        client.create(kubeapi.NAMESPACES.path(), {"metadata": {"name": name}})
+    for queue, spec in queues:
+        client.create(
+            QUEUES,
+            {
+                "apiVersion": "muster.dev/v1alpha1",
+                "kind": "Queue",
+                "metadata": {"name": queue},
+                "spec": spec,
+            },
+        )
+
+
+def _raw_patch_rate(client: KubeClient, raw_ns: str, args: argparse.Namespace) -> float:
+    """Step 2: PATCH/s of the apiserver on 64 unqueued Jobs, before muster runs."""
+    from muster.bench.apiserver import measure_patches
+
+    raw_jobs = [f"raw-{i}" for i in range(64)]
+    for name in raw_jobs:
+        client.create(kubeapi.JOBS.path(raw_ns), _job(name, None, True))
+    raw = measure_patches(client, raw_ns, raw_jobs, args.patches, args.concurrency)
+    return float(raw["patch_per_s"])
+
+
+def _burst(
+    args: argparse.Namespace,
+    client: KubeClient,
+    ns: str,
+    proc: MusterRun,
+    observed: LocalCluster | None,
+    watches: list[AdmissionWatch],
+    raw_rate: float,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """Step 4: create --jobs Jobs and time them to their admission; the result's figures."""
+    pids = observed.component_pids() if observed is not None else {}
+    pids["muster"] = proc.pid
+    for child in _children(proc.pid):
+        pids["muster-webhook"] = child
+    cpu_before = _cpu(pids)
+    names = [f"g-{i:05d}" for i in range(args.jobs)]
+    say(f"creating {args.jobs} Jobs from {args.submitters} threads ...")
+    watch = AdmissionWatch(client, ns).start()
+    watches.append(watch)
+    first = _create_many(client, ns, names, ns, args.submitters)
+    created = time.time()
+    times = watch.wait(args.jobs, 600)
+    last = max(times) if times else time.time()
+    cpu_after = _cpu(pids)
+    cpu = {k: round(cpu_after[k] - v, 1) for k, v in cpu_before.items() if k in cpu_after}
+    gangs_per_s = len(times) / max(last - first, 1e-9)
+    rss = _rss_mb(proc.pid)
+    muster_cpu = cpu.get("muster", 0.0) + cpu.get("muster-webhook", 0.0)
+    result: dict[str, Any] = {
+        "jobs": args.jobs,
+        "admitted": len(times),
+        "nodes": args.nodes,
+        "create_s": round(created - first, 2),
+        "admit_s": round(last - first, 2),
+        "gangs_per_s": round(gangs_per_s, 1),
+        "raw_patch_per_s": round(raw_rate, 1),
+        "ratio": round(gangs_per_s / raw_rate, 3),
+        "controller_rss_mb": round(rss, 1),
+        "cpu_s": cpu,
+        "muster_cpu_ms_per_gang": round(1000 * muster_cpu / max(len(times), 1), 2),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
+    if not args.json:
+        say(f"burst CPU seconds (first create to last admit, {last - first:.1f} s wall):")
+        for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
+            say(f"  {name:<24} {seconds:7.1f}")
+    return result
+
+
+def _backlog(
+    args: argparse.Namespace,
+    client: KubeClient,
+    kubeconfig: Path,
+    backlog_ns: str,
+    procs: list[MusterRun],
+    watches: list[AdmissionWatch],
+    raw_rate: float,
+    say: Callable[[str], None],
+) -> tuple[MusterRun, dict[str, Any]]:
+    """Step 5: the backlog's figures, and the controller that admitted it (it runs on)."""
+    webhook, _ = _start_muster(kubeconfig, "--no-controller")
+    procs.append(webhook)
+    backlog = [f"b-{i:05d}" for i in range(args.backlog)]
+    say(f"creating a backlog of {args.backlog} Jobs with no controller running ...")
+    _create_many(client, backlog_ns, backlog, backlog_ns, args.submitters)
+    bwatch = AdmissionWatch(client, backlog_ns).start()
+    watches.append(bwatch)
+    started = time.time()
+    controller, ready = _start_muster(kubeconfig, "--no-webhook")
+    procs.append(controller)
+    cpu_start = _cpu({"muster": controller.pid})["muster"]
+    btimes = bwatch.wait(args.backlog, 600)
+    blast = max(btimes) if btimes else time.time()
+    bcpu = (_cpu({"muster": controller.pid}).get("muster") or 0.0) - cpu_start
+    # The controller admits before (or as) it is seen ready; count from its start.
+    backlog_rate = len(btimes) / max(blast - min(ready, btimes[0] if btimes else ready), 1e-9)
+    figures = {
+        "backlog": args.backlog,
+        "backlog_admitted": len(btimes),
+        "backlog_start_s": round(ready - started, 2),
+        "backlog_admit_s": round(blast - ready, 2),
+        "backlog_gangs_per_s": round(backlog_rate, 1),
+        "backlog_ratio": round(backlog_rate / raw_rate, 3),
+        "backlog_controller_cpu_s": round(bcpu, 1),
+    }
+    say(
+        f"backlog: {len(btimes)} admitted in {blast - ready:.1f} s after the controller "
+        f"was ready ({ready - started:.1f} s to start): {backlog_rate:.0f} gangs/s"
+    )
+    return controller, figures
+
+
+def _rss_at_pending(
+    args: argparse.Namespace,
+    client: KubeClient,
+    ns: str,
+    proc: MusterRun,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """Step 6: the controller's (and its webhook's) RSS with --rss-pending Jobs pending."""
+    pending = [f"p-{i:05d}" for i in range(args.rss_pending)]
+    say(f"creating {args.rss_pending} pending Jobs ...")
+    _create_many(client, ns, pending, f"{ns}-full", args.submitters)
+    time.sleep(10)
+    figures: dict[str, Any] = {
+        "pending": args.rss_pending,
+        "controller_rss_mb_at_pending": round(_rss_mb(proc.pid), 1),
+    }
+    for child in _children(proc.pid):
+        figures["webhook_rss_mb_at_pending"] = round(_rss_mb(child), 1)
+    return figures

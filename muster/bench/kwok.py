@@ -19,7 +19,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simulator.engine import Admission
+    from simulator.trace import Trace
 
 EPILOG = """\
 examples:
@@ -76,7 +80,6 @@ def _gap(kwok: float | None, reference: float | None) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.engine import Admission
     from simulator.kwok_engine import KwokError, KwokSettings, replay
     from simulator.trace import TraceError
 
@@ -136,34 +139,45 @@ def run(args: argparse.Namespace) -> int:
         "kwok": _figures(kwok),
     }
     if args.what == "agree":
-        from simulator.engine import EngineConfig, simulate
-
-        config = EngineConfig(admission=admission, seed=args.seed, record=False)
-        reference = summarize(simulate(trace, config))
-        out["in_process"] = _figures(reference)
-        out["gap_makespan_pct"] = _gap(kwok["makespan_s"], reference["makespan_s"])
-        out["gap_wait_mean_pct"] = _gap(kwok["wait_mean_s"], reference["wait_mean_s"])
-        # The same model with kwok's measured start latency (admission to the gang running,
-        # median, in trace seconds) as its pod start delay: what is left of the gap then is not
-        # the control plane's latency.
-        started = (replay_figures.get("latency_wall_s") or {}).get("admitted_to_started")
-        if started:
-            delay = round(started["p50"] * scale, 1)
-            calibrated = summarize(
-                simulate(dataclasses.replace(trace, pod_start_delay=delay), config)
-            )
-            out["in_process_start_delay_s"] = delay
-            out["in_process_calibrated"] = _figures(calibrated)
-            out["gap_calibrated_makespan_pct"] = _gap(kwok["makespan_s"], calibrated["makespan_s"])
-            out["gap_calibrated_wait_mean_pct"] = _gap(
-                kwok["wait_mean_s"], calibrated["wait_mean_s"]
-            )
+        out.update(_in_process_gaps(trace, admission, args.seed, scale, kwok, replay_figures))
     else:
         out["pods_per_s"] = round(trace.pod_count / result.wall_seconds, 1)
     if not args.json:
         _print(out)
     print(json.dumps(out))
     return 0
+
+
+def _in_process_gaps(
+    trace: Trace,
+    admission: Admission,
+    seed: int,
+    scale: float,
+    kwok: dict[str, Any],
+    replay_figures: dict[str, Any],
+) -> dict[str, Any]:
+    """`agree`: the in-process engine on the same trace, and how far kwok's figures are off."""
+    from simulator.engine import EngineConfig, simulate
+    from simulator.report import summarize
+
+    config = EngineConfig(admission=admission, seed=seed, record=False)
+    reference = summarize(simulate(trace, config))
+    gaps: dict[str, Any] = {}
+    gaps["in_process"] = _figures(reference)
+    gaps["gap_makespan_pct"] = _gap(kwok["makespan_s"], reference["makespan_s"])
+    gaps["gap_wait_mean_pct"] = _gap(kwok["wait_mean_s"], reference["wait_mean_s"])
+    # The same model with kwok's measured start latency (admission to the gang running,
+    # median, in trace seconds) as its pod start delay: what is left of the gap then is not
+    # the control plane's latency.
+    started = (replay_figures.get("latency_wall_s") or {}).get("admitted_to_started")
+    if started:
+        delay = round(started["p50"] * scale, 1)
+        calibrated = summarize(simulate(dataclasses.replace(trace, pod_start_delay=delay), config))
+        gaps["in_process_start_delay_s"] = delay
+        gaps["in_process_calibrated"] = _figures(calibrated)
+        gaps["gap_calibrated_makespan_pct"] = _gap(kwok["makespan_s"], calibrated["makespan_s"])
+        gaps["gap_calibrated_wait_mean_pct"] = _gap(kwok["wait_mean_s"], calibrated["wait_mean_s"])
+    return gaps
 
 
 def _figures(summary: dict[str, Any]) -> dict[str, Any]:

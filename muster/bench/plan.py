@@ -71,6 +71,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_snapshot(pending: int, nodes: int, queues: int, seed: int) -> Snapshot:
     """A deterministic synthetic snapshot (see the module docstring)."""
     rng = random.Random(seed)
+    node_list = _synthetic_nodes(rng, nodes)
+    tree = QueueTree.build(_synthetic_queues(rng, queues, node_list))
+    admitted = _running_gangs(node_list, queues)
+    gangs = _pending_gangs(rng, pending, queues)
+    return Snapshot(node_list, tree, admitted, gangs, now=3600.0)
+
+
+def _synthetic_nodes(rng: random.Random, nodes: int) -> list[Node]:
+    """gpu (10%), mem (20%) and cpu nodes; a fifth of them with pods muster does not manage."""
     node_list: list[Node] = []
     for i in range(nodes):
         draw = rng.random()
@@ -91,6 +100,11 @@ def build_snapshot(pending: int, nodes: int, queues: int, seed: int) -> Snapshot
             node_list.append(Node(f"mem-{i:05d}", _MEM_NODE, {"pool": "mem"}, used=used))
         else:
             node_list.append(Node(f"cpu-{i:05d}", _CPU_NODE, {"pool": "cpu"}, used=used))
+    return node_list
+
+
+def _synthetic_queues(rng: random.Random, queues: int, node_list: Sequence[Node]) -> list[Queue]:
+    """`queues` leaf queues in cohorts of ten, their quotas drawn around the cluster's share."""
     cluster_cpu = sum(node.allocatable["cpu"] for node in node_list)
     cluster_memory = sum(node.allocatable["memory"] for node in node_list)
     gpus = sum(node.allocatable["nvidia.com/gpu"] for node in node_list)
@@ -122,9 +136,11 @@ def build_snapshot(pending: int, nodes: int, queues: int, seed: int) -> Snapshot
                 strategy="StrictFIFO" if q % 10 == 9 else "BestEffortFIFO",
             )
         )
-    tree = QueueTree.build(queue_list)
+    return queue_list
 
-    # A running load on about a third of the cpu nodes: one 8-pod gang per 4 nodes.
+
+def _running_gangs(node_list: Sequence[Node], queues: int) -> list[AdmittedGang]:
+    """A running load on about a third of the cpu nodes: one 8-pod gang per 4 nodes."""
     admitted: list[AdmittedGang] = []
     cpu_nodes = [node.name for node in node_list if node.name.startswith("cpu-")]
     for j in range(len(cpu_nodes) // 12):
@@ -139,6 +155,11 @@ def build_snapshot(pending: int, nodes: int, queues: int, seed: int) -> Snapshot
         chosen = cpu_nodes[j * 4 : j * 4 + 4]
         admitted.append(AdmittedGang(gang, 8, {n: 2 for n in chosen}, -3600.0, running=True))
 
+    return admitted
+
+
+def _pending_gangs(rng: random.Random, pending: int, queues: int) -> list[Gang]:
+    """`pending` gangs of drawn queues, sizes and shapes; 5% gpu gangs, 20% one pod per node."""
     gangs: list[Gang] = []
     for k in range(pending):
         queue = f"q{rng.randrange(queues):03d}"
@@ -172,7 +193,7 @@ def build_snapshot(pending: int, nodes: int, queues: int, seed: int) -> Snapshot
                 kind="MiniCluster" if one_pod_per_node else "Job",
             )
         )
-    return Snapshot(node_list, tree, admitted, gangs, now=3600.0)
+    return gangs
 
 
 def _percentile(samples: Sequence[float], fraction: float) -> float:

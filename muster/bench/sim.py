@@ -13,6 +13,10 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simulator.burst import BurstSpec
 
 EPILOG = """\
 examples:
@@ -45,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.burst import BurstSpec, burst_document
+    from simulator.burst import burst_document
     from simulator.engine import EngineConfig, simulate
     from simulator.report import summarize
     from simulator.trace import TraceError, from_dict
@@ -60,28 +64,7 @@ def run(args: argparse.Namespace) -> int:
             f"muster bench sim: --sizes: {args.sizes!r} is not a list of integers", file=sys.stderr
         )
         return 2
-    queues = tuple(q for q in args.queues.split(",") if q)
-    # Nodes of 32 cpu / 128Gi take 8 pods of 4 cpu / 16Gi; runtimes 60..600 s (mean 330 s).
-    # The window is set so the offered work is `load` times what the cluster can do in it.
-    pods_per_node = 8
-    mean_runtime = 330.0
-    mean_size = sum(sizes) / len(sizes)
-    work = args.gangs * mean_size * mean_runtime
-    window = work / (args.nodes * pods_per_node * args.load)
-    spec = BurstSpec(
-        jobs=args.gangs,
-        sizes=sizes,
-        queues=queues,
-        nodes=args.nodes,
-        allocatable=(("cpu", "32"), ("memory", "128Gi"), ("pods", "110")),
-        pod_requests=(("cpu", "4"), ("memory", "16Gi")),
-        runtime=(60.0, 600.0),
-        window=window,
-        kind="Job",
-        one_pod_per_node=False,
-        seed=args.seed,
-        name="bench",
-    )
+    spec = _burst_spec(args, sizes)
     began = time.perf_counter()
     try:
         trace = from_dict(burst_document(spec), source="bench", default_name="bench")
@@ -114,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         "events_per_s": round(result.events / wall_s) if wall_s > 0 else None,
         "plan_calls": result.plan_calls,
         "plan_s": round(result.plan_seconds, 3),
-        "window_s": round(window),
+        "window_s": round(spec.window),
         "makespan_s": summary["makespan_s"],
         "finished": summary["finished"],
         "stuck_gangs": summary["stuck_gangs"],
@@ -127,3 +110,31 @@ def run(args: argparse.Namespace) -> int:
     for key, value in figures.items():
         print(f"{key:>18}: {value}")
     return 0
+
+
+def _burst_spec(args: argparse.Namespace, sizes: tuple[int, ...]) -> BurstSpec:
+    """The synthetic burst: --gangs gangs over a window that offers --load times the cluster."""
+    from simulator.burst import BurstSpec
+
+    queues = tuple(q for q in args.queues.split(",") if q)
+    # Nodes of 32 cpu / 128Gi take 8 pods of 4 cpu / 16Gi; runtimes 60..600 s (mean 330 s).
+    # The window is set so the offered work is `load` times what the cluster can do in it.
+    pods_per_node = 8
+    mean_runtime = 330.0
+    mean_size = sum(sizes) / len(sizes)
+    work = args.gangs * mean_size * mean_runtime
+    window = work / (args.nodes * pods_per_node * args.load)
+    return BurstSpec(
+        jobs=args.gangs,
+        sizes=sizes,
+        queues=queues,
+        nodes=args.nodes,
+        allocatable=(("cpu", "32"), ("memory", "128Gi"), ("pods", "110")),
+        pod_requests=(("cpu", "4"), ("memory", "16Gi")),
+        runtime=(60.0, 600.0),
+        window=window,
+        kind="Job",
+        one_pod_per_node=False,
+        seed=args.seed,
+        name="bench",
+    )

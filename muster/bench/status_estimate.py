@@ -114,11 +114,25 @@ def _job(
     }
 
 
+_SIZES = (1, 1, 2, 4, 8, 8, 16, 32, 64)
+"""Gang sizes the backlog draws from (running gangs from the first six)."""
+
+
 def build_cache(args: argparse.Namespace, now: float) -> Cache:
     """The synthetic backlog of the module docstring, applied as watch events."""
     rng = random.Random(args.seed)
     cache = Cache()
-    for i in range(args.nodes):
+    _add_nodes(cache, args.nodes)
+    leaves = _add_queues(cache)
+    seq = _add_running(cache, rng, args, leaves, now)
+    seq = _add_finished(cache, rng, args.finished, leaves, seq, now)
+    _add_pending(cache, rng, args.pending, leaves, seq, now)
+    cache.synced = True
+    return cache
+
+
+def _add_nodes(cache: Cache, nodes: int) -> None:
+    for i in range(nodes):
         allocatable = {"cpu": "32", "memory": "128Gi", "pods": "110"}
         cache.apply_node(
             "ADDED",
@@ -128,6 +142,10 @@ def build_cache(args: argparse.Namespace, now: float) -> Cache:
                 "status": {"allocatable": allocatable, "capacity": allocatable},
             },
         )
+
+
+def _add_queues(cache: Cache) -> list[str]:
+    """Ten leaf queues under one root; returns the leaves' names."""
     leaves = [f"team-{k}" for k in range(10)]
     cache.apply_queue("ADDED", {"metadata": {"name": "org", "resourceVersion": "1"}, "spec": {}})
     for k, leaf in enumerate(leaves):
@@ -138,11 +156,17 @@ def build_cache(args: argparse.Namespace, now: float) -> Cache:
                 "spec": {"parent": "org", "weight": 1 + k % 3},
             },
         )
-    sizes = (1, 1, 2, 4, 8, 8, 16, 32, 64)
+    return leaves
+
+
+def _add_running(
+    cache: Cache, rng: random.Random, args: argparse.Namespace, leaves: list[str], now: float
+) -> int:
+    """--running admitted gangs with their pods, round-robin over the nodes; the last seq."""
     seq = 0
     node = 0
     for i in range(args.running):
-        pods, cpu = rng.choice(sizes[:6]), rng.choice((2, 4, 8))
+        pods, cpu = rng.choice(_SIZES[:6]), rng.choice((2, 4, 8))
         seq += 1
         name = f"run-{i}"
         body = _job(
@@ -157,26 +181,34 @@ def build_cache(args: argparse.Namespace, now: float) -> Cache:
         )
         cache.apply_job("ADDED", body)
         for p in range(pods):
-            cache.apply_pod(
-                "ADDED",
-                {
-                    "metadata": {
-                        "name": f"{name}-{p}",
-                        "namespace": "bench",
-                        "uid": f"pod-{name}-{p}",
-                        "resourceVersion": "1",
-                        "labels": {"muster.dev/gang": name},
-                    },
-                    "spec": {
-                        "nodeName": f"node-{node % args.nodes}",
-                        "containers": [{"name": "m", "resources": {"requests": {"cpu": str(cpu)}}}],
-                    },
-                    "status": {"phase": "Running"},
-                },
-            )
+            cache.apply_pod("ADDED", _running_pod(name, p, f"node-{node % args.nodes}", cpu))
             node += 1
-    for i in range(args.finished):
-        pods = rng.choice(sizes)
+    return seq
+
+
+def _running_pod(gang: str, index: int, node: str, cpu: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"{gang}-{index}",
+            "namespace": "bench",
+            "uid": f"pod-{gang}-{index}",
+            "resourceVersion": "1",
+            "labels": {"muster.dev/gang": gang},
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "m", "resources": {"requests": {"cpu": str(cpu)}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def _add_finished(
+    cache: Cache, rng: random.Random, count: int, leaves: list[str], seq: int, now: float
+) -> int:
+    """`count` gangs that ran and finished an hour or two ago; the last seq."""
+    for i in range(count):
+        pods = rng.choice(_SIZES)
         seq += 1
         start = now - rng.uniform(3600, 7200)
         cache.apply_job(
@@ -192,22 +224,27 @@ def build_cache(args: argparse.Namespace, now: float) -> Cache:
                 finished=start + rng.uniform(300, 3000),
             ),
         )
-    for i in range(args.pending):
+    return seq
+
+
+def _add_pending(
+    cache: Cache, rng: random.Random, count: int, leaves: list[str], seq: int, now: float
+) -> None:
+    """`count` gangs waiting, some with an active deadline."""
+    for i in range(count):
         seq += 1
         cache.apply_job(
             "ADDED",
             _job(
                 f"wait-{i}",
                 rng.choice(leaves),
-                rng.choice(sizes),
+                rng.choice(_SIZES),
                 rng.choice((1, 2, 4, 8)),
                 seq,
                 now,
                 deadline=rng.choice((None, 1800, 3600)),
             ),
         )
-    cache.synced = True
-    return cache
 
 
 def _percentile(values: Sequence[float], q: float) -> float:

@@ -67,39 +67,96 @@ def changes_for(
     namespace, _, name = str(body.get("gang")).partition("/")
     edit = f"kubectl edit queues.muster.dev {q}"
     if code == "QuotaExhausted":
-        held = f": it holds {usage_cell(queue)} (usage/quota)" if queue else ""
-        out = [f"gangs admitted from queue {q} finish and release quota{held}"]
-        if holders:
-            out.append(f"queue {q}'s quota is held by {_holders_text(holders)}")
-        if parent is not None:
-            out.append(
-                f"queues of cohort {parent['name']} leave unused quota it may borrow "
-                f"(cohort {parent['name']}: {usage_cell(parent)})"
-            )
-        borrow = ", or spec.borrowingLimit" if parent is not None else ""
-        out.append(f"or raise queue {q}'s quota: {edit} (spec.nominal{borrow})")
-        return out
+        return _quota_changes(q, edit, queue, parent, holders)
     if code == "NoFit":
-        out = [
-            "running pods free enough room on the nodes (admitted gangs finishing, other pods "
-            "ending), or nodes with that room are added"
-        ]
-        if "node selector" in message:
-            out.append("or relax the gang's nodeSelector / tolerations")
-        out.append(
-            f"or let it start smaller: a Job annotated {MIN_MEMBERS} is admitted at the largest "
-            "size that fits, at least that minimum"
-        )
-        return out
+        return _no_fit_changes(message)
     if code == "NeverFits":
-        if "queue" in message:
-            fix = f"raise queue {q}'s quota ({edit}), or shrink the gang"
-        else:
-            fix = "add nodes with the resources it asks for, or shrink the gang or its requests"
-        return [
-            f"no gang finishing makes room for it: {fix}",
-            f"to remove it: kubectl delete job -n {namespace} {name}",
-        ]
+        return _never_fits_changes(message, q, edit, namespace, name)
+    if code == "Preempted":
+        return _preempted_changes(body, queue, parent, holders, q)
+    return _changes_for_code(code, q, edit, namespace, name)
+
+
+def _quota_changes(
+    q: str,
+    edit: str,
+    queue: Mapping[str, Any] | None,
+    parent: Mapping[str, Any] | None,
+    holders: Sequence[Mapping[str, Any]] | None,
+) -> list[str]:
+    """QuotaExhausted: quota released, borrowed from the cohort, or raised."""
+    held = f": it holds {usage_cell(queue)} (usage/quota)" if queue else ""
+    out = [f"gangs admitted from queue {q} finish and release quota{held}"]
+    if holders:
+        out.append(f"queue {q}'s quota is held by {_holders_text(holders)}")
+    if parent is not None:
+        out.append(
+            f"queues of cohort {parent['name']} leave unused quota it may borrow "
+            f"(cohort {parent['name']}: {usage_cell(parent)})"
+        )
+    borrow = ", or spec.borrowingLimit" if parent is not None else ""
+    out.append(f"or raise queue {q}'s quota: {edit} (spec.nominal{borrow})")
+    return out
+
+
+def _no_fit_changes(message: str) -> list[str]:
+    """NoFit: room on the nodes, a looser selector, or a smaller start."""
+    out = [
+        "running pods free enough room on the nodes (admitted gangs finishing, other pods "
+        "ending), or nodes with that room are added"
+    ]
+    if "node selector" in message:
+        out.append("or relax the gang's nodeSelector / tolerations")
+    out.append(
+        f"or let it start smaller: a Job annotated {MIN_MEMBERS} is admitted at the largest "
+        "size that fits, at least that minimum"
+    )
+    return out
+
+
+def _never_fits_changes(message: str, q: str, edit: str, namespace: str, name: str) -> list[str]:
+    """NeverFits: nothing finishing helps; a bigger queue or cluster, or a smaller gang."""
+    if "queue" in message:
+        fix = f"raise queue {q}'s quota ({edit}), or shrink the gang"
+    else:
+        fix = "add nodes with the resources it asks for, or shrink the gang or its requests"
+    return [
+        f"no gang finishing makes room for it: {fix}",
+        f"to remove it: kubectl delete job -n {namespace} {name}",
+    ]
+
+
+def _preempted_changes(
+    body: Mapping[str, Any],
+    queue: Mapping[str, Any] | None,
+    parent: Mapping[str, Any] | None,
+    holders: Sequence[Mapping[str, Any]] | None,
+    q: str,
+) -> list[str]:
+    """Preempted: what lets it in again (its current reason's list), and how to protect it."""
+    # Waiting again after a preemption: the status service gives the planner's current
+    # reason in waitingFor; what lets the gang in now is that reason's list.
+    waiting = body.get("waitingFor")
+    now = (
+        changes_for({**body, "reason": waiting}, queue, parent, holders)
+        if waiting and waiting.get("code") != "Preempted"
+        else ["it fits again: it is planned at every cycle"]
+    )
+    count = body.get("preemptions")
+    times = f" (preempted {count} times so far)" if count else ""
+    return [
+        "it went back to pending at its original submission time, with no backoff and no "
+        f"count toward its backoff limit{times}; it is admitted again when:",
+        *(f"  {line}" for line in now),
+        f"after spec.preemption.protectAfter preemptions its queue {q} protects it for "
+        "spec.preemption.protectFor after each admission",
+        "to keep it from being preempted, give it a higher muster.dev/priority than the "
+        "preemptor, or set preemption rules on the preemptor's queue to Never",
+    ]
+
+
+def _changes_for_code(code: Any, q: str, edit: str, namespace: str, name: str) -> list[str]:
+    """The reason codes whose changes are fixed text about the gang and its queue."""
     if code == "SizeRatioSerialized":
         return [
             "the big gang it names reaches its minimum of ready pods (or is evicted); big gangs "
@@ -147,26 +204,6 @@ def changes_for(
             "over 2 minutes, and the nodes it needs are kept for it so a stream of smaller "
             "gangs cannot starve it; gangs of queues below their fair share are never held "
             "back by it"
-        ]
-    if code == "Preempted":
-        # Waiting again after a preemption: the status service gives the planner's current
-        # reason in waitingFor; what lets the gang in now is that reason's list.
-        waiting = body.get("waitingFor")
-        now = (
-            changes_for({**body, "reason": waiting}, queue, parent, holders)
-            if waiting and waiting.get("code") != "Preempted"
-            else ["it fits again: it is planned at every cycle"]
-        )
-        count = body.get("preemptions")
-        times = f" (preempted {count} times so far)" if count else ""
-        return [
-            "it went back to pending at its original submission time, with no backoff and no "
-            f"count toward its backoff limit{times}; it is admitted again when:",
-            *(f"  {line}" for line in now),
-            f"after spec.preemption.protectAfter preemptions its queue {q} protects it for "
-            "spec.preemption.protectFor after each admission",
-            "to keep it from being preempted, give it a higher muster.dev/priority than the "
-            "preemptor, or set preemption rules on the preemptor's queue to Never",
         ]
     if code == "HeldBehindPartial":
         return [

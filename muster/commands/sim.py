@@ -54,30 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="output folder (default: out/sim-<trace name>)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
     parser.add_argument("--policy", default="drf", help="admission policy (default: drf)")
-    parser.add_argument(
-        "--jobs-csv",
-        type=Path,
-        metavar="FILE",
-        help="replace the trace's jobs with a CSV job list (columns in docs/simulator.md)",
-    )
-    parser.add_argument(
-        "--csv-time-scale",
-        type=float,
-        default=1.0,
-        metavar="X",
-        help="multiply the --jobs-csv times (submissions, runtimes) by X: a history taken from "
-        "a kwok replay at --time-scale X is in wall seconds, X brings it back to trace seconds "
-        "(default 1)",
-    )
-    parser.add_argument(
-        "--pod-start-delay",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="in-process: seconds from a pod's binding to it running (default: the trace's "
-        "podStartDelay; with a history as --jobs-csv, the history's median admission-to-start "
-        "time)",
-    )
+    _add_jobs_csv_arguments(parser)
     parser.add_argument(
         "--lookahead",
         type=int,
@@ -115,6 +92,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="in-process = discrete-event model (default); kwok = real control plane with kwok "
         "nodes, muster's webhook and controller (see the kwok options below)",
     )
+    _add_kwok_arguments(parser)
+
+
+def _add_jobs_csv_arguments(parser: argparse.ArgumentParser) -> None:
+    """--jobs-csv and the options that adapt a job list (or a history) to the trace."""
+    parser.add_argument(
+        "--jobs-csv",
+        type=Path,
+        metavar="FILE",
+        help="replace the trace's jobs with a CSV job list (columns in docs/simulator.md)",
+    )
+    parser.add_argument(
+        "--csv-time-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="multiply the --jobs-csv times (submissions, runtimes) by X: a history taken from "
+        "a kwok replay at --time-scale X is in wall seconds, X brings it back to trace seconds "
+        "(default 1)",
+    )
+    parser.add_argument(
+        "--pod-start-delay",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="in-process: seconds from a pod's binding to it running (default: the trace's "
+        "podStartDelay; with a history as --jobs-csv, the history's median admission-to-start "
+        "time)",
+    )
+
+
+def _add_kwok_arguments(parser: argparse.ArgumentParser) -> None:
+    """The "kwok engine" argument group: options that only --engine kwok reads."""
     kwok = parser.add_argument_group(
         "kwok engine", "options of --engine kwok (docs/simulator.md, section 'The kwok engine')"
     )
