@@ -4,6 +4,7 @@ admission/statusauth.py that need no apiserver: the bearer header, the TTL cache
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from admission.statusauth import ANONYMOUS, OpenAccess, TtlCache, bearer_token
 from admission.tenancy import namespaces_named, readable_rows, redact, redact_text
@@ -48,7 +49,7 @@ def test_a_readable_namespace_and_resource_names_are_left_alone() -> None:
 
 
 def test_every_string_of_a_body_is_redacted_and_lists_keep_one_of_each() -> None:
-    body = {
+    body: dict[str, Any] = {
         "gang": "team-a/small",
         "reason": {"code": "Preempted", "message": "preempted by team-b/big (priority)"},
         "waitingFor": {"code": "Reserved", "message": "capacity reserved for big gang team-b/z"},
