@@ -4,11 +4,23 @@ admission/statusauth.py that need no apiserver: the bearer header, the TTL cache
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from admission.statusauth import ANONYMOUS, OpenAccess, TtlCache, bearer_token
+import pytest
+
+from admission.cache import Cache
+from admission.status import StatusServer, queue_status
+from admission.statusauth import ANONYMOUS, Caller, OpenAccess, TtlCache, bearer_token
 from admission.tenancy import namespaces_named, readable_rows, redact, redact_text
+from muster.view import ServiceView, ViewError, plan_listing
 from policies import reasons
+from tests.unit.test_cli_view import NOW, listing
 
 KNOWN = {"team-a", "team-b"}
 
@@ -103,3 +115,61 @@ def test_open_access_lets_everyone_read_everything() -> None:
         return caller, await access.may_read(caller, "x"), await access.may_scrape(caller, "/m")
 
     assert asyncio.run(ask()) == (ANONYMOUS, True, True)
+
+
+class TokenAccess:
+    """An Access that knows one token, whose user may read the namespace `ns` only."""
+
+    enabled = True
+    reviews = 0
+
+    async def caller(self, authorization: str | None) -> Caller | None:
+        return Caller("alice") if bearer_token(authorization) == "good" else None
+
+    async def may_read(self, caller: Caller, namespace: str) -> bool:
+        return namespace == "ns"
+
+    async def may_scrape(self, caller: Caller, path: str) -> bool:
+        return False
+
+
+@contextmanager
+def served(cache: Cache) -> Iterator[str]:
+    loop = asyncio.new_event_loop()
+    server = StatusServer(
+        cache, lambda: queue_status(cache), lambda: b"", port=0, access=TokenAccess()
+    )
+    loop.run_until_complete(server.start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_the_service_answers_a_caller_only_about_what_it_may_read() -> None:
+    cache = plan_listing(listing(), now=NOW).cache
+    cache.namespaces.setdefault("team-b", {})
+    cache.reasons["ns/second"] = reasons.reserved_for("team-b/big")
+    with served(cache) as url:
+        view = ServiceView(url, timeout=5, authorization="Bearer good")
+        second = view.gang("ns", "second")
+        assert second["reason"]["message"].startswith(
+            "capacity reserved for big gang in another namespace"
+        )
+        assert "team-b" not in json.dumps(view.queues())
+        with pytest.raises(ViewError, match="HTTP 401"):
+            ServiceView(url, timeout=5).gang("ns", "second")
+        with pytest.raises(ViewError, match="HTTP 403"):
+            ServiceView(url, timeout=5, authorization="Bearer good").gang("team-b", "big")
+        request = urllib.request.Request(f"{url}/metrics", headers={"Authorization": "Bearer good"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        assert refused.value.code == 403
+        refused.value.close()
+        with urllib.request.urlopen(f"{url}/healthz", timeout=5) as response:
+            assert json.load(response) == {"synced": cache.synced}
