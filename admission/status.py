@@ -282,6 +282,8 @@ class StatusServer:
                 log.warning("status service: TokenReview or SubjectAccessReview failed: %s", exc)
                 status, ctype, payload = _json("503 Service Unavailable", {"error": CANNOT_CHECK})
             extra = "Retry-After: 1\r\n" if status.startswith("503") else ""
+            if status.startswith("401"):
+                extra = 'WWW-Authenticate: Bearer realm="muster"\r\n'
             if ctype == "application/json" and status.startswith("200"):
                 etag = f'"{hashlib.blake2b(payload, digest_size=12).hexdigest()}"'
                 extra = f"ETag: {etag}\r\n"
