@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from admission.kubeapi import ApiError, KubeClient
+from tests.cluster.test_cli import muster_cli
 from tests.cluster.test_recovery import documented_client
 from tests.conftest import MusterProcess, start_muster
 from tests.controller_helpers import admitted, create_queue, delete_queue, gang_job, jobs_path
@@ -65,6 +67,25 @@ def token(kube: KubeClient, namespace: str, name: str) -> str:
         {**request, "spec": {"expirationSeconds": 3600}},
     )
     return str(answer["status"]["token"])
+
+
+def token_kubeconfig(admin: Path, token: str) -> str:
+    """A kubeconfig for the admin's cluster whose user is `token`."""
+    config = yaml.safe_load(admin.read_text())
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+    cluster = next(c for c in config["clusters"] if c["name"] == context["context"]["cluster"])
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [cluster],
+            "users": [{"name": "reader", "user": {"token": token}}],
+            "contexts": [
+                {"name": "reader", "context": {"cluster": cluster["name"], "user": "reader"}}
+            ],
+            "current-context": "reader",
+        }
+    )
 
 
 def subject(namespace: str, name: str) -> list[dict[str, str]]:
@@ -111,7 +132,11 @@ def metric(text: str, name: str) -> float:
 
 
 def test_a_tenant_sees_only_its_own_namespace(
-    kube: KubeClient, two_tenants: tuple[str, str], secured: MusterProcess, tmp_path: Path
+    kube: KubeClient,
+    two_tenants: tuple[str, str],
+    secured: MusterProcess,
+    tmp_path: Path,
+    kubeconfig: Path,
 ) -> None:
     a, b = two_tenants
     reader = service_account(kube, a, "reader")
@@ -242,6 +267,20 @@ def test_a_tenant_sees_only_its_own_namespace(
         )
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines()[-1].split()[0] in ("Running", "Finished"), done.stdout
+
+        # The CLI sends the bearer token of its kubeconfig's user to --status-url.
+        as_reader = tmp_path / "reader.kubeconfig"
+        as_reader.write_text(token_kubeconfig(kubeconfig, reader))
+        for command in (["status", f"{a}/small"], ["explain", f"{a}/small"], ["history"]):
+            done = muster_cli(
+                *command, "--status-url", status, "--kubeconfig", str(as_reader), "-o", "json"
+            )
+            assert done.returncode == 0, (command, done.stderr)
+            assert b not in done.stdout and "hog" not in done.stdout, (command, done.stdout)
+        refused = muster_cli(
+            "status", f"{b}/big", "--status-url", status, "--kubeconfig", str(as_reader)
+        )
+        assert refused.returncode == 1 and "HTTP 403" in refused.stderr, refused.stderr
 
         # Polling is cached: 1,000 polls with a token muster has not seen yet cost the
         # apiserver one TokenReview and a SubjectAccessReview for A and one for B (the reason
