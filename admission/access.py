@@ -35,6 +35,8 @@ ROLE_GRANTS: Mapping[str, tuple[tuple[str, str, str, str | None], ...]] = {
         ("kopf.dev", "clusterkopfpeerings", "list watch create", None),
         ("kopf.dev", "clusterkopfpeerings", "patch", "muster"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "list watch", None),
+        ("authentication.k8s.io", "tokenreviews", "create", None),
+        ("authorization.k8s.io", "subjectaccessreviews", "create", None),
     ),
 }
 

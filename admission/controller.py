@@ -26,6 +26,7 @@ from admission.kubeapi import ApiError, KubeClient
 from admission.loop import Controller, ControllerSettings
 from admission.metrics import ControllerMetrics
 from admission.status import StatusServer
+from admission.statusauth import StatusAuth, access_for
 from admission.streamwatch import list_collection
 from admission.writes import Writer
 from policies.vocabulary import QUEUE
@@ -46,6 +47,8 @@ class ServeSettings:
     status_addr: str = "127.0.0.1"
     status_port: int | None = 8081
     metrics_port: int | None = 8082
+    status_auth: StatusAuth = "none"
+    """`kubernetes`: both need a bearer token and are scoped (admission/statusauth.py)."""
 
 
 @dataclass
@@ -230,6 +233,8 @@ class _Registration:
         )
         controller = Controller(runtime.cache, writer, settings, runtime.metrics)
         runtime.controller = controller
+        access = access_for(serve.status_auth, client)
+        metrics.track_reviews(lambda: access.reviews)
         if serve.status_port is not None:
             runtime.status = StatusServer(
                 runtime.cache,
@@ -237,6 +242,7 @@ class _Registration:
                 runtime.metrics.exposition if serve.metrics_port == serve.status_port else None,
                 addr=serve.status_addr,
                 port=serve.status_port,
+                access=access,
             )
             await runtime.status.start()
         if serve.metrics_port is not None and serve.metrics_port != serve.status_port:
@@ -246,6 +252,7 @@ class _Registration:
                 runtime.metrics.exposition,
                 addr=serve.status_addr,
                 port=serve.metrics_port,
+                access=access,
             )
             await runtime.metrics_server.start()
         if self.peering is None:

@@ -95,6 +95,10 @@ CRDS: Final = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions"
 WEBHOOK_CONFIGURATIONS: Final = Resource(
     "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", namespaced=False
 )
+TOKEN_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
+SUBJECT_ACCESS_REVIEWS: Final = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False
+)
 KOPF_PEERINGS: Final = Resource("kopf.dev", "v1", "clusterkopfpeerings", namespaced=False)
 
 

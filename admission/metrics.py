@@ -109,6 +109,21 @@ class ControllerMetrics:
 
         self.registry.register(_Requests())
 
+    def track_reviews(self, count: Callable[[], int]) -> None:
+        """Export `muster_status_auth_reviews_total`: TokenReviews and SubjectAccessReviews
+        the status service sent (its cache's misses; admission/statusauth.py)."""
+
+        class _Reviews(Collector):
+            def collect(self) -> Iterator[CounterMetricFamily]:
+                yield CounterMetricFamily(
+                    "muster_status_auth_reviews",
+                    "TokenReviews and SubjectAccessReviews the status service and the metrics "
+                    "sent to authenticate and authorize callers (cache misses).",
+                    value=count(),
+                )
+
+        self.registry.register(_Reviews())
+
     def set_usage(self, usage: Mapping[str, Resources], capacity: Resources) -> None:
         for queue, amounts in usage.items():
             for resource, amount in amounts.items():

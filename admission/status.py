@@ -9,7 +9,13 @@ VERSION (or SECONDS pass): a pod with only the standard library can wait for its
 `GET /v1/queues` → per-queue pending, admitted, usage, share, and the spec's parent and quota.
 `GET /v1/history[?since=SECONDS]` → the gangs seen finish or fail (in the last SECONDS), one row
 each in the columns of the simulator's gangs.csv (admission/history.py).
-`GET /metrics` (on the metrics listener) → Prometheus text. No request here makes an API call.
+`GET /v1/gangs[?namespace=N]` → every gang (of namespace N) the caller may read, by key.
+`GET /metrics` (on the metrics listener) → Prometheus text. `GET /healthz` → `{"synced": ...}`.
+No request here makes an API call but the caller's TokenReview and SubjectAccessReviews under
+`--status-auth kubernetes` (admission/statusauth.py, cached): then every request but /healthz
+needs `Authorization: Bearer TOKEN` (401 without), a gang of a namespace the caller may not
+`get` Jobs in is 403, lists and history hold only readable gangs, and every name of another
+namespace's objects in an answer is redacted (admission/tenancy.py).
 Until the cache is synced (a replica still loading, or a standby under kopf peering, whose watches
 are paused) `/v1/*` answers `503` with `Retry-After`: never a partial or stale view.
 JSON answers carry an `ETag` (a digest of the body); a GET with a matching `If-None-Match` is
@@ -35,11 +41,19 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from admission.cache import Cache, QueueView
 from admission.estimates import estimate_body
 from admission.gangs import format_time
+from admission.kubeapi import ApiError, ApiUnreachable
+from admission.statusauth import Access, Caller, OpenAccess
+from admission.tenancy import namespace_of, namespaces_named, readable_rows, redact
 from policies import Resources, format_quantity, gangstate
 
 log = logging.getLogger("muster.status")
 
 MAX_WAIT = 300.0
+UNAUTHORIZED = (
+    "send Authorization: Bearer TOKEN, a token the API server accepts (in a pod: the file "
+    "/var/run/secrets/kubernetes.io/serviceaccount/token); docs/metrics.md shows a client"
+)
+CANNOT_CHECK = "cannot check the caller's token or rights with the API server now; retry"
 NOT_SERVING = (
     "this muster replica does not serve status now: it is still loading the cluster, or it is "
     "a standby replica (kopf peering) whose view is paused; retry, or ask the active replica"
@@ -218,8 +232,10 @@ class StatusServer:
         *,
         addr: str = "127.0.0.1",
         port: int = 0,
+        access: Access | None = None,
     ) -> None:
         self.cache = cache
+        self.access: Access = access if access is not None else OpenAccess()
         self.queues = queues
         self.metrics = metrics
         self.addr = addr
@@ -258,8 +274,16 @@ class StatusServer:
                 for name, _, value in (h.partition(":") for h in header_lines if h)
             }
             self.requests += 1
-            status, ctype, payload = await self._route(method, target)
+            try:
+                status, ctype, payload = await self._route(
+                    method, target, headers.get("authorization")
+                )
+            except (ApiError, ApiUnreachable) as exc:
+                log.warning("status service: TokenReview or SubjectAccessReview failed: %s", exc)
+                status, ctype, payload = _json("503 Service Unavailable", {"error": CANNOT_CHECK})
             extra = "Retry-After: 1\r\n" if status.startswith("503") else ""
+            if status.startswith("401"):
+                extra = 'WWW-Authenticate: Bearer realm="muster"\r\n'
             if ctype == "application/json" and status.startswith("200"):
                 etag = f'"{hashlib.blake2b(payload, digest_size=12).hexdigest()}"'
                 extra = f"ETag: {etag}\r\n"
@@ -281,43 +305,101 @@ class StatusServer:
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 await writer.wait_closed()
 
-    async def _route(self, method: str, target: str) -> tuple[str, str, bytes]:
+    async def _route(
+        self, method: str, target: str, authorization: str | None
+    ) -> tuple[str, str, bytes]:
         url = urlsplit(target)
         parts = [unquote(p) for p in url.path.strip("/").split("/")]
         if method != "GET":
             return _json("405 Method Not Allowed", {"error": "only GET is served"})
-        if parts == ["metrics"] and self.metrics is not None:
-            return "200 OK", "text/plain; version=0.0.4", self.metrics()
         if parts == ["healthz"]:
             return _json("200 OK", {"synced": self.cache.synced})
+        access = self.access
+        caller = await access.caller(authorization)
+        if caller is None:
+            return _json("401 Unauthorized", {"error": UNAUTHORIZED})
+        if parts == ["metrics"] and self.metrics is not None:
+            if not await access.may_scrape(caller, "/metrics"):
+                return _json(
+                    "403 Forbidden",
+                    {"error": f"{caller.username} may not get /metrics (nonResourceURLs)"},
+                )
+            return "200 OK", "text/plain; version=0.0.4", self.metrics()
         if parts[:1] == ["v1"] and not self.cache.synced:
             return _json("503 Service Unavailable", {"error": NOT_SERVING, "synced": False})
+        query = parse_qs(url.query)
         if parts == ["v1", "queues"]:
-            return _json("200 OK", {"queues": queue_listing(self.cache, self.queues())})
+            queues = {"queues": queue_listing(self.cache, self.queues())}
+            return _json("200 OK", await self._scoped(caller, queues))
         if parts == ["v1", "history"]:
-            given = parse_qs(url.query).get("since")
+            given = query.get("since")
             try:
                 since = float(given[0]) if given else None
             except ValueError:
                 return _json("400 Bad Request", {"error": "since must be a number of seconds"})
-            return _json("200 OK", history_body(self.cache, since, time.time()))
+            history = history_body(self.cache, since, time.time())
+            if access.enabled:
+                readable = await self._readable(
+                    caller, {namespace_of(row["gang"]) for row in history["gangs"]}
+                )
+                history["gangs"] = readable_rows(history["gangs"], readable.__contains__)
+            return _json("200 OK", await self._scoped(caller, history))
+        if parts == ["v1", "gangs"]:
+            return await self._gangs(caller, query.get("namespace", [None])[0])
         if len(parts) == 4 and parts[:2] == ["v1", "gangs"]:
-            query = parse_qs(url.query)
             try:
                 wait = min(float(query.get("wait", ["0"])[0]), MAX_WAIT)
-                since = int(query["since"][0]) if "since" in query else None
+                since_version = int(query["since"][0]) if "since" in query else None
             except ValueError:
                 return _json("400 Bad Request", {"error": "wait and since must be numbers"})
-            return await self._gang(f"{parts[2]}/{parts[3]}", wait, since)
+            if not await access.may_read(caller, parts[2]):
+                return _json(
+                    "403 Forbidden",
+                    {
+                        "error": f"{caller.username} may not get jobs.batch in namespace "
+                        f"{parts[2]}: the status service shows a gang to whoever may read its Job"
+                    },
+                )
+            return await self._gang(caller, f"{parts[2]}/{parts[3]}", wait, since_version)
         return _json(
             "404 Not Found",
             {
-                "error": f"no route {url.path}; use /v1/gangs/NAMESPACE/NAME, /v1/queues or "
-                "/v1/history"
+                "error": f"no route {url.path}; use /v1/gangs/NAMESPACE/NAME, /v1/gangs, "
+                "/v1/queues or /v1/history"
             },
         )
 
-    async def _gang(self, key: str, wait: float, since: int | None) -> tuple[str, str, bytes]:
+    async def _readable(self, caller: Caller, namespaces: set[str]) -> set[str]:
+        """Those of `namespaces` whose gangs `caller` may read."""
+        names = sorted(namespaces)
+        allowed = await asyncio.gather(*(self.access.may_read(caller, n) for n in names))
+        return {n for n, ok in zip(names, allowed, strict=True) if ok}
+
+    async def _scoped(self, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+        """`body` with every name of an object in a namespace `caller` may not read redacted."""
+        if not self.access.enabled:
+            return body
+        known = set(self.cache.namespaces) | {r.namespace for r in self.cache.jobs.values()}
+        named = namespaces_named(body, known)
+        hidden = named - await self._readable(caller, named)
+        return redact(body, hidden)
+
+    async def _gangs(self, caller: Caller, namespace: str | None) -> tuple[str, str, bytes]:
+        """Every gang (of `namespace`) the caller may read, by key."""
+        cache, now = self.cache, time.time()
+        keys = [k for k in cache.jobs if namespace is None or namespace_of(k) == namespace]
+        readable = await self._readable(caller, {namespace_of(k) for k in keys})
+        gangs = {}
+        for key in sorted(keys):
+            if namespace_of(key) in readable:
+                body = gang_status(cache, key, now)
+                if body is not None:
+                    gangs[key] = body
+        return _json("200 OK", await self._scoped(caller, {"gangs": gangs}))
+
+    async def _gang(
+        self, caller: Caller, key: str, wait: float, since: int | None
+    ) -> tuple[str, str, bytes]:
         cache = self.cache
         if wait > 0 and since is not None and cache.gang_versions.get(key, 0) == since:
             future = cache.waiter(key)
@@ -339,7 +421,7 @@ class StatusServer:
                     "version": cache.gang_versions.get(key, 0),
                 },
             )
-        return _json("200 OK", body)
+        return _json("200 OK", await self._scoped(caller, body))
 
 
 def _json(status: str, body: object) -> tuple[str, str, bytes]:

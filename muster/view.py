@@ -175,8 +175,11 @@ class View(Protocol):
 class ServiceView:
     """The running controller's status service (GET only; it makes no API calls)."""
 
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, timeout: float = 30.0, authorization: str | None = None) -> None:
         self.url = url.rstrip("/")
+        self.authorization = authorization
+        """`Bearer TOKEN` sent with every request (a service run with --status-auth
+        kubernetes wants one); None: none sent."""
         if not re.match(r"^https?://", self.url):
             raise ViewError(
                 f"--status-url {url!r}: expected an http(s) URL, e.g. http://localhost:8081", 2
@@ -186,7 +189,9 @@ class ServiceView:
 
     def _get(self, path: str) -> tuple[int, Any]:
         try:
-            with urllib.request.urlopen(self.url + path, timeout=self.timeout) as response:
+            headers = {"Authorization": self.authorization} if self.authorization else {}
+            request = urllib.request.Request(self.url + path, headers=headers)
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return int(response.status), json.load(response)
         except urllib.error.HTTPError as exc:
             try:
@@ -203,6 +208,14 @@ class ServiceView:
             ) from None
 
     def _not_serving(self, status: int, body: Any) -> None:
+        if status in (401, 403):
+            why = body.get("error") if isinstance(body, dict) else None
+            sent = "with" if self.authorization else "without"
+            raise ViewError(
+                f"status service at {self.url} refused the request sent {sent} a bearer token "
+                f"(HTTP {status}): {why or 'no reason given'}; use a kubeconfig whose user has a "
+                "token (--kubeconfig/--context), or drop --status-url to read the API"
+            )
         if status == 503:
             why = body.get("error") if isinstance(body, dict) else None
             raise ViewError(
@@ -412,8 +425,19 @@ def open_view(args: argparse.Namespace) -> View:
     if url is None and args.kubeconfig is None:
         url = os.environ.get(STATUS_URL_ENV) or None
     if url:
-        return ServiceView(url, args.timeout)
+        return ServiceView(url, args.timeout, bearer_of(args.kubeconfig, args.context))
     return ApiView.open(args.kubeconfig, args.context, getattr(args, "policy", "drf"), args.timeout)
+
+
+def bearer_of(kubeconfig: str | None, context: str | None) -> str | None:
+    """The `Bearer TOKEN` of the credentials kubectl would use (kubeconfig token, tokenFile,
+    exec plugin, or a pod's ServiceAccount token), for a status service that authenticates;
+    None when those credentials have no token (client certificates) or there are none."""
+    try:
+        authorization = Credentials.load(source_for(kubeconfig, context)).authorization()
+    except (KubeconfigError, OSError, ValueError):
+        return None
+    return authorization if authorization and authorization.startswith("Bearer ") else None
 
 
 def close_view(view: View) -> None:

@@ -17,6 +17,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from admission.kubeapi import ApiError, ApiUnreachable
+from admission.statusauth import Access, OpenAccess
 from webhook.review import WebhookState
 
 logger = logging.getLogger("muster.webhook")
@@ -73,11 +75,15 @@ def registry_for(state: WebhookState) -> CollectorRegistry:
 
 class MetricsServer:
     """Plain-HTTP `/metrics` of one webhook process (port 0: a free one; `port` says which),
-    and its readiness probe `/healthz`: `{"ready": true}` once the webhook serves reviews (and,
+    behind the same bearer-token check as the controller's (`access`), and its
+    readiness probe `/healthz` (open): `{"ready": true}` once the webhook serves reviews (and,
     with `muster run --local`, once its configuration is registered)."""
 
-    def __init__(self, state: WebhookState, addr: str, port: int) -> None:
+    def __init__(
+        self, state: WebhookState, addr: str, port: int, access: Access | None = None
+    ) -> None:
         self.registry = registry_for(state)
+        self.access: Access = access if access is not None else OpenAccess()
         self.addr = addr
         self.port = port
         self.ready = False
@@ -86,7 +92,20 @@ class MetricsServer:
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"ready": self.ready})
 
-    async def _metrics(self, _: web.Request) -> web.Response:
+    async def _metrics(self, request: web.Request) -> web.Response:
+        # The same rule as the controller's /metrics (admission/statusauth.py): a bearer token
+        # whose user may get the non-resource URL /metrics.
+        try:
+            caller = await self.access.caller(request.headers.get("Authorization"))
+            if caller is None:
+                return web.json_response({"error": "send Authorization: Bearer TOKEN"}, status=401)
+            if not await self.access.may_scrape(caller, "/metrics"):
+                return web.json_response(
+                    {"error": f"{caller.username} may not get /metrics (nonResourceURLs)"},
+                    status=403,
+                )
+        except (ApiError, ApiUnreachable):
+            return web.json_response({"error": "cannot check the token now; retry"}, status=503)
         return web.Response(
             body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE}
         )

@@ -29,11 +29,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from admission import kubeapi
 from admission.credentials import Credentials, KubeconfigSource, kopf_login, source_for
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
+from admission.statusauth import StatusAuth, access_for
 from policies.vocabulary import QUEUE
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
 from webhook.configuration import build_configuration
@@ -122,6 +123,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "when it is 0)",
     )
     parser.add_argument("--status-addr", default="127.0.0.1", help="status/metrics address")
+    parser.add_argument(
+        "--status-auth",
+        choices=("kubernetes", "none"),
+        default=None,
+        help="kubernetes: the status service and the metrics want Authorization: Bearer TOKEN, "
+        "checked by TokenReview, and show a caller only the gangs of namespaces where it may "
+        "get jobs (SubjectAccessReview; /metrics: get on the URL /metrics); none: anyone reads "
+        "everything (default: kubernetes; none with --local)",
+    )
     parser.add_argument("--policy", default="drf", help="admission policy (drf, fifo, ...)")
     parser.add_argument(
         "--deadlock-grace",
@@ -362,12 +372,20 @@ def webhook_metrics_port(args: argparse.Namespace) -> int:
     return int(args.metrics_port) if args.metrics_port in (-1, 0) else 8083
 
 
+def status_auth(args: argparse.Namespace) -> StatusAuth:
+    """`--status-auth`, or its default: none for `--local` runs (tests, benches, the demo:
+    loopback only), else kubernetes."""
+    if args.status_auth is not None:
+        return cast("StatusAuth", args.status_auth)
+    return "none" if args.local else "kubernetes"
+
+
 def _webhook_child_argv(args: argparse.Namespace, port: int) -> list[str]:
     """`muster run` for the webhook alone, with this invocation's webhook flags."""
     argv = [sys.executable, "-m", "muster.cli", "run", "--no-controller"]
     argv += ["--webhook-addr", args.webhook_addr, "--webhook-port", str(port)]
     argv += ["--default-queue", args.default_queue, "--status-port", "-1", "--metrics-port", "-1"]
-    argv += ["--status-addr", args.status_addr]
+    argv += ["--status-addr", args.status_addr, "--status-auth", status_auth(args)]
     argv += ["--webhook-metrics-port", str(webhook_metrics_port(args))]
     argv += ["--webhook-server", args.webhook_server]
     for flag, value in (
@@ -565,7 +583,12 @@ def _run_one(
         handlers.register(registry, server)
     webhook_metrics: MetricsServer | None = None
     if webhook and webhook_metrics_port(args) >= 0:
-        webhook_metrics = MetricsServer(state, args.status_addr, webhook_metrics_port(args))
+        webhook_metrics = MetricsServer(
+            state,
+            args.status_addr,
+            webhook_metrics_port(args),
+            access=access_for(status_auth(args), client),
+        )
     if not args.no_controller:
         from admission import controller
         from admission.controller import ServeSettings
@@ -587,6 +610,7 @@ def _run_one(
                 status_addr=args.status_addr,
                 status_port=None if args.status_port < 0 else args.status_port,
                 metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+                status_auth=status_auth(args),
             ),
             peering=args.peering,
         )

@@ -92,6 +92,8 @@ NEEDS: tuple[Need, ...] = (
     *_needs("kopf.dev", "clusterkopfpeerings", "create", "commands.run ensure_peering"),
     *_needs("kopf.dev", "clusterkopfpeerings", "patch", "kopf keepalive, finalizer", "muster"),
     *_needs("apiextensions.k8s.io", "customresourcedefinitions", "list watch", "kopf observer"),
+    *_needs("authentication.k8s.io", "tokenreviews", "create", "admission/statusauth.py"),
+    *_needs("authorization.k8s.io", "subjectaccessreviews", "create", "admission/statusauth.py"),
 )
 
 NOT_NEEDED: tuple[tuple[str, ...], ...] = (
@@ -188,6 +190,7 @@ def path_of(doc: dict[str, Any]) -> str:
         "Deployment": "deployments",
         "PodDisruptionBudget": "poddisruptionbudgets",
         "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+        "NetworkPolicy": "networkpolicies",
         "Queue": "queues",
     }[doc["kind"]]
     namespace = doc["metadata"].get("namespace")
@@ -275,6 +278,7 @@ def test_every_object_of_the_install_exists_for_real(installed: str, kube: KubeC
             "Deployment",
             "MutatingWebhookConfiguration",
             "Namespace",
+            "NetworkPolicy",
             "PodDisruptionBudget",
             "Service",
             "ServiceAccount",
@@ -394,10 +398,16 @@ def test_overlays_build(installed: str) -> None:
     plain = {(d["kind"], d["metadata"]["name"]) for d in kustomize(MANIFESTS)}
     assert plain <= {(d["kind"], d["metadata"]["name"]) for d in with_cert_manager}
 
-    (monitor,) = kustomize(MANIFESTS / "overlays/monitoring")
+    monitoring = kustomize(MANIFESTS / "overlays/monitoring")
+    (monitor,) = by_kind(monitoring, "ServiceMonitor")
     (service,) = by_kind(kustomize(MANIFESTS), "Service")
-    assert monitor["kind"] == "ServiceMonitor"
     assert {e["port"] for e in monitor["spec"]["endpoints"]} == {"metrics", "webhook-metrics"}
+    # Each scrape sends the token of the scraper, whose ClusterRole may get /metrics only.
+    (secret,) = by_kind(monitoring, "Secret")
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert endpoint["authorization"]["credentials"]["name"] == secret["metadata"]["name"]
+    (reader,) = by_kind(monitoring, "ClusterRole")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
     assert {e["port"] for e in monitor["spec"]["endpoints"]} <= {
         p["name"] for p in service["spec"]["ports"]
     }

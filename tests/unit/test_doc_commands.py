@@ -421,6 +421,7 @@ def test_every_metric_is_documented() -> None:
 
     metrics = ControllerMetrics()
     metrics.track_requests(lambda: 0)
+    metrics.track_reviews(lambda: 0)
     exported = set()
     for registry in (metrics.registry, registry_for(WebhookState())):
         for family in registry.collect():
