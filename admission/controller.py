@@ -233,8 +233,8 @@ class _Registration:
         )
         controller = Controller(runtime.cache, writer, settings, runtime.metrics)
         runtime.controller = controller
-        access = access_for(serve.status_auth, client)
-        metrics.track_reviews(lambda: access.reviews)
+        access = access_for(serve.status_auth, self.client)
+        runtime.metrics.track_reviews(lambda: access.reviews)
         if serve.status_port is not None:
             runtime.status = StatusServer(
                 runtime.cache,
