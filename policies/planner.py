@@ -1168,6 +1168,22 @@ class _Cycle:
                 best = share
         return best / self.tree.queues[leaf].weight
 
+    def _held_back(self, gang: Gang, holder: Gang, leaf: str) -> bool:
+        """Whether ``gang`` (of queue ``leaf``) is kept off the nodes reserved for ``holder``."""
+        if gang is holder:
+            return False
+        if self.aged and not (
+            holder.submitted < gang.submitted
+            and (leaf == holder.queue or leaf not in self.below)
+            and not (
+                # Before the holder in its StrictFIFO queue: held back, it would block the
+                # holder (the two would wait for each other for ever).
+                self.holder_strict and leaf == holder.queue and gang.order_key < holder.order_key
+            )
+        ):
+            return False
+        return not self._backfills(gang)
+
     def _consider(
         self, gang: Gang, fit: FitClass, big: bool, queue: Queue, admit: bool
     ) -> Reason | None:
@@ -1208,25 +1224,7 @@ class _Cycle:
             return None
         usable = fit
         holder = self.holder
-        if (
-            holder is not None
-            and gang is not holder
-            and (
-                not self.aged
-                or (
-                    holder.submitted < gang.submitted
-                    and (leaf == holder.queue or leaf not in self.below)
-                    and not (
-                        # Before the holder in its StrictFIFO queue: held back, it would
-                        # block the holder (the two would wait for each other for ever).
-                        self.holder_strict
-                        and leaf == holder.queue
-                        and gang.order_key < holder.order_key
-                    )
-                )
-            )
-            and not self._backfills(gang)
-        ):
+        if holder is not None and self._held_back(gang, holder, leaf):
             assert self.reserved is not None
             usable = self.state.restricted(fit, self.reserved)
         cluster = self.cluster

@@ -35,6 +35,7 @@ from admission import kubeapi
 from admission.credentials import Credentials, KubeconfigSource, kopf_login, source_for
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
 from admission.statusauth import StatusAuth, access_for
+from admission.streamwatch import StreamWatch
 from policies.vocabulary import QUEUE
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
 from webhook.configuration import build_configuration
@@ -53,6 +54,8 @@ CONFIG_PATH = kubeapi.WEBHOOK_CONFIGURATIONS.path()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `muster run`. Long because it is one flat list of flags in the order
+    `--help` shows them: split up, the help text of one command would be scattered."""
     parser.add_argument(
         "--kubeconfig",
         default=None,
@@ -495,20 +498,7 @@ def _run_one(
     """Run what `args` asks for (webhook, controller or both) in this process, under kopf."""
     import kopf
 
-    from admission.streamwatch import StreamWatch, list_collection
-    from policies.submitted import SubmissionClock
-    from webhook import handlers
-    from webhook.metrics import MetricsServer
-    from webhook.server import WebhookServer
-    from webhook.tls import create_webhook_tls
-
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:
-        # kopf logs every handled event at INFO: thousands of lines a second in a burst.
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    _configure_logging(args)
     webhook = not args.no_webhook
     settings = WebhookSettings(
         manage_jobs_without_queue_name=args.manage_jobs_without_queue_name,
@@ -516,42 +506,10 @@ def _run_one(
     )
     port = args.webhook_port or _free_port(args.webhook_addr)
     tmp = tempfile.TemporaryDirectory(prefix="muster-webhook-")
-    if not webhook:
-        certfile, keyfile, ca_bundle = "", "", b""
-    elif args.local:
-        tls = create_webhook_tls(Path(tmp.name), [args.webhook_addr])
-        certfile, keyfile, ca_bundle = str(tls.cert), str(tls.key), tls.ca_bundle
-    else:
-        certfile, keyfile, ca_bundle = args.tls_cert, args.tls_key, b""
+    certfile, keyfile, ca_bundle = _webhook_tls(args, Path(tmp.name)) if webhook else ("", "", b"")
     client = KubeClient(credentials)
     state, jobs_version = load_state(client) if webhook else (WebhookState(), 0)
-    job_watch: StreamWatch | None = None
-    node_watch: StreamWatch | None = None
-    nodes_version = 0
-    if webhook:
-        # Managed Jobs into the backlog, on a thread of their own (Backlog is locked).
-        job_watch = StreamWatch(
-            client,
-            JOBS_PATH,
-            MANAGED_JOBS,
-            apply=state.backlog.observe_job,
-            relist=lambda items, _version: state.backlog.relist_jobs(items),
-            lister=list_collection,
-            name="webhook-jobs",
-        )
-        # Nodes into the never-fits check (the planner's view of them: `node_from`).
-        listed = load_nodes(client, state)
-        if listed is not None:
-            nodes_version = listed
-            node_watch = StreamWatch(
-                client,
-                NODES_PATH,
-                {},
-                apply=state.never_fits.apply_node,
-                relist=lambda items, _version: state.never_fits.relist_nodes(items),
-                lister=list_collection,
-                name="webhook-nodes",
-            )
+    watches = _webhook_watches(client, state, jobs_version) if webhook else []
     if webhook and state.queues is None:
         logging.warning(
             "Queue CRD not installed (kubectl apply -f manifests/crd/); queue names are not checked"
@@ -568,52 +526,13 @@ def _run_one(
 
     registry = kopf.OperatorRegistry()
     kopf_webhook = webhook and args.webhook_server == "kopf"
-    if kopf_webhook:
-        handlers.register_kopf_mutate(registry, state, settings, SubmissionClock())
-    elif webhook:
-        server = WebhookServer(
-            addr=args.webhook_addr,
-            port=port,
-            certfile=certfile,
-            keyfile=keyfile,
-            state=state,
-            settings=settings,
-            clock=SubmissionClock(),
-        )
-        handlers.register(registry, server)
-    webhook_metrics: MetricsServer | None = None
-    if webhook and webhook_metrics_port(args) >= 0:
-        webhook_metrics = MetricsServer(
-            state,
-            args.status_addr,
-            webhook_metrics_port(args),
-            access=access_for(status_auth(args), client),
+    webhook_metrics = None
+    if webhook:
+        webhook_metrics = _register_webhook(
+            registry, args, client, state, settings, port, (certfile, keyfile)
         )
     if not args.no_controller:
-        from admission import controller
-        from admission.controller import ServeSettings
-        from admission.loop import ControllerSettings
-
-        controller.register(
-            registry,
-            client,
-            ControllerSettings(
-                policy=args.policy,
-                deadlock_grace=args.deadlock_grace,
-                admit_events=not args.no_admit_events,
-                estimate_interval=args.estimate_interval,
-                pin=not args.no_pin,
-                history_limit=args.history_limit,
-                fail_rejected_after=args.fail_rejected_after,
-            ),
-            ServeSettings(
-                status_addr=args.status_addr,
-                status_port=None if args.status_port < 0 else args.status_port,
-                metrics_port=None if args.metrics_port < 0 else args.metrics_port,
-                status_auth=status_auth(args),
-            ),
-            peering=args.peering,
-        )
+        _register_controller(registry, client, args)
 
     # kopf logs in with the same credentials as muster's own client, and their renewal. A
     # private registry gets none of kopf's default login handlers; of those, login_with_kubeconfig
@@ -622,96 +541,18 @@ def _run_one(
     # $KUBECONFIG of import time into the library's global configuration, and knows neither
     # --kubeconfig nor --context.
     kopf.on.login(registry=registry)(kopf_login(credentials))
+    serving = _WebhookServing(
+        args, client, settings, port, ca_bundle, webhook_metrics, webhook_child, webhook
+    )
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.posting.level = logging.WARNING
-        settings.persistence.finalizer = "muster.dev/finalizer"
-        # Only @kopf.on.event handlers watch Jobs and Pods; keep kopf from writing its
-        # progress/diff-base annotations anywhere should a change handler ever be added.
-        settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf")
-        settings.persistence.diffbase_storage = _no_diff_base()
-        # Bounded per-object workers: kopf starts one per object with an event and keeps it
-        # idle_timeout seconds; unbounded, a 10k-Job LIST made 10k workers, each holding its
-        # object, at once. With a limit the watch stream waits for a free worker instead.
-        settings.queueing.worker_limit = 1000
-        settings.queueing.idle_timeout = 1.0
-        # kopf's own initial LIST of each watched kind, in pages: all 10k Jobs parsed at once
-        # were most of the controller's peak memory (the controller's LIST pages too).
-        settings.watching.chunk_size = 500
-        settings.watching.server_timeout = 300
-        if kopf_webhook:
-            # kopf serves the @kopf.on.mutate handlers with muster's certificate (kopf's own
-            # self-signed path needs oscrypto); muster writes the configuration, not kopf.
-            settings.admission.server = kopf.WebhookServer(
-                addr=args.webhook_addr, port=port, certfile=certfile, pkeyfile=keyfile
-            )
-            settings.admission.managed = None
-        if args.peering is not None:
-            settings.peering.lifetime = args.peering_lifetime
-            settings.peering.stealth = True
-        if webhook_metrics is not None:
-            await webhook_metrics.start()
-        if args.local and webhook:
-            asyncio.get_running_loop().create_task(_register_when_serving())
-        elif webhook and webhook_metrics is not None:
-            asyncio.get_running_loop().create_task(_ready_when_serving(webhook_metrics))
-        if webhook_child is not None:
-            asyncio.get_running_loop().create_task(_watch_webhook_child())
+        _tune_kopf(settings, args, kopf_webhook, port, certfile, keyfile)
+        await serving.start()
 
-    async def _watch_webhook_child() -> None:
-        assert webhook_child is not None
-        while webhook_child.poll() is None:
-            await asyncio.sleep(1.0)
-        logging.error("the webhook process exited (%s); stopping", webhook_child.returncode)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    # Registering and unregistering the webhook configuration never overlap, and nothing is
-    # registered once stopping began: a muster stopped while it started (SIGTERM a moment
-    # after launch) must not leave a configuration that points at a webhook that is gone,
-    # which with failurePolicy Fail would refuse every create in managed namespaces.
-    registration = asyncio.Lock()
-    stopping = asyncio.Event()
-
-    async def _register_when_serving() -> None:
-        await asyncio.to_thread(_wait_for_tls, args.webhook_addr, port)
-        configuration = build_configuration(
-            settings,
-            url=f"https://{args.webhook_addr}:{port}",
-            ca_bundle=base64.b64encode(ca_bundle).decode(),
-        )
-        async with registration:
-            if stopping.is_set():
-                return
-            await asyncio.shield(asyncio.to_thread(register_configuration, client, configuration))
-        logging.info("webhook registered at https://%s:%d", args.webhook_addr, port)
-        metrics = ""
-        if webhook_metrics is not None:
-            webhook_metrics.ready = True
-            metrics = f" metrics={webhook_metrics.url}"
-        print(f"muster: webhook ready at https://{args.webhook_addr}:{port}{metrics}", flush=True)
-
-    async def _ready_when_serving(probe: MetricsServer) -> None:
-        # In a cluster the configuration is the manifests' to register; serving TLS is ready.
-        with contextlib.suppress(TimeoutError):  # not serving: never ready, /healthz says so
-            await asyncio.to_thread(_wait_for_tls, args.webhook_addr, port)
-            probe.ready = True
-
-    @kopf.on.cleanup(registry=registry)
-    async def unregister(**_: Any) -> None:
-        if webhook_metrics is not None:
-            await webhook_metrics.stop()
-        if args.local and webhook:
-            async with registration:
-                stopping.set()
-                await asyncio.to_thread(
-                    unregister_configuration, client, f"https://{args.webhook_addr}:{port}"
-                )
-
-    if job_watch is not None:
-        job_watch.start(jobs_version)
-    if node_watch is not None:
-        node_watch.start(nodes_version)
+    kopf.on.cleanup(registry=registry)(serving.stop)
+    for watch, version in watches:
+        watch.start(version)
     try:
         kopf.run(
             registry=registry,
@@ -723,10 +564,253 @@ def _run_one(
             priority=priority,
         )
     finally:
-        if job_watch is not None:
-            job_watch.stop()
-        if node_watch is not None:
-            node_watch.stop()
+        for watch, _version in watches:
+            watch.stop()
         client.close()
         tmp.cleanup()
     return 0
+
+
+def _register_webhook(
+    registry: Any,
+    args: argparse.Namespace,
+    client: KubeClient,
+    state: WebhookState,
+    settings: WebhookSettings,
+    port: int,
+    tls: tuple[str, str],
+) -> Any:
+    """Put the webhook's server on `registry` (muster's lean one, or kopf's with
+    `--webhook-server kopf`); return its metrics server (a webhook.metrics.MetricsServer), or
+    None without one."""
+    from policies.submitted import SubmissionClock
+    from webhook import handlers
+    from webhook.metrics import MetricsServer
+    from webhook.server import WebhookServer
+
+    if args.webhook_server == "kopf":
+        handlers.register_kopf_mutate(registry, state, settings, SubmissionClock())
+    else:
+        server = WebhookServer(
+            addr=args.webhook_addr,
+            port=port,
+            certfile=tls[0],
+            keyfile=tls[1],
+            state=state,
+            settings=settings,
+            clock=SubmissionClock(),
+        )
+        handlers.register(registry, server)
+    if webhook_metrics_port(args) < 0:
+        return None
+    return MetricsServer(
+        state,
+        args.status_addr,
+        webhook_metrics_port(args),
+        access=access_for(status_auth(args), client),
+    )
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        # kopf logs every handled event at INFO: thousands of lines a second in a burst.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+
+
+def _webhook_tls(args: argparse.Namespace, where: Path) -> tuple[str, str, bytes]:
+    """(certificate file, key file, CA bundle) the webhook serves with: made here for
+    `--local`, else the files given (the CA bundle is then the configuration's business)."""
+    from webhook.tls import create_webhook_tls
+
+    if args.local:
+        tls = create_webhook_tls(where, [args.webhook_addr])
+        return str(tls.cert), str(tls.key), tls.ca_bundle
+    return args.tls_cert, args.tls_key, b""
+
+
+def _webhook_watches(
+    client: KubeClient, state: WebhookState, jobs_version: int
+) -> list[tuple[StreamWatch, int]]:
+    """The webhook's lean streams, each with the version to start from: managed Jobs into the
+    backlog (spec.limits), Nodes into the never-fits check (the planner's view: `node_from`).
+    Each runs on a thread of its own; what they feed is locked."""
+    from admission.streamwatch import StreamWatch, list_collection
+
+    watches = [
+        (
+            StreamWatch(
+                client,
+                JOBS_PATH,
+                MANAGED_JOBS,
+                apply=state.backlog.observe_job,
+                relist=lambda items, _version: state.backlog.relist_jobs(items),
+                lister=list_collection,
+                name="webhook-jobs",
+            ),
+            jobs_version,
+        )
+    ]
+    listed = load_nodes(client, state)
+    if listed is not None:
+        node_watch = StreamWatch(
+            client,
+            NODES_PATH,
+            {},
+            apply=state.never_fits.apply_node,
+            relist=lambda items, _version: state.never_fits.relist_nodes(items),
+            lister=list_collection,
+            name="webhook-nodes",
+        )
+        watches.append((node_watch, listed))
+    return watches
+
+
+def _register_controller(registry: Any, client: KubeClient, args: argparse.Namespace) -> None:
+    from admission import controller
+    from admission.controller import ServeSettings
+    from admission.loop import ControllerSettings
+
+    controller.register(
+        registry,
+        client,
+        ControllerSettings(
+            policy=args.policy,
+            deadlock_grace=args.deadlock_grace,
+            admit_events=not args.no_admit_events,
+            estimate_interval=args.estimate_interval,
+            pin=not args.no_pin,
+            history_limit=args.history_limit,
+            fail_rejected_after=args.fail_rejected_after,
+        ),
+        ServeSettings(
+            status_addr=args.status_addr,
+            status_port=None if args.status_port < 0 else args.status_port,
+            metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+            status_auth=status_auth(args),
+        ),
+        peering=args.peering,
+    )
+
+
+def _tune_kopf(
+    settings: Any,
+    args: argparse.Namespace,
+    kopf_webhook: bool,
+    port: int,
+    certfile: str,
+    keyfile: str,
+) -> None:
+    """kopf's settings for muster (`settings` is a kopf.OperatorSettings)."""
+    import kopf
+
+    settings.posting.level = logging.WARNING
+    settings.persistence.finalizer = "muster.dev/finalizer"
+    # Only @kopf.on.event handlers watch Jobs and Pods; keep kopf from writing its
+    # progress/diff-base annotations anywhere should a change handler ever be added.
+    settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf")
+    settings.persistence.diffbase_storage = _no_diff_base()
+    # Bounded per-object workers: kopf starts one per object with an event and keeps it
+    # idle_timeout seconds; unbounded, a 10k-Job LIST made 10k workers, each holding its
+    # object, at once. With a limit the watch stream waits for a free worker instead.
+    settings.queueing.worker_limit = 1000
+    settings.queueing.idle_timeout = 1.0
+    # kopf's own initial LIST of each watched kind, in pages: all 10k Jobs parsed at once
+    # were most of the controller's peak memory (the controller's LIST pages too).
+    settings.watching.chunk_size = 500
+    settings.watching.server_timeout = 300
+    if kopf_webhook:
+        # kopf serves the @kopf.on.mutate handlers with muster's certificate (kopf's own
+        # self-signed path needs oscrypto); muster writes the configuration, not kopf.
+        settings.admission.server = kopf.WebhookServer(
+            addr=args.webhook_addr, port=port, certfile=certfile, pkeyfile=keyfile
+        )
+        settings.admission.managed = None
+    if args.peering is not None:
+        settings.peering.lifetime = args.peering_lifetime
+        settings.peering.stealth = True
+
+
+class _WebhookServing:
+    """The webhook's side of startup and cleanup: its metrics server, its readiness, the
+    configuration `--local` registers (and removes), and the watch on a webhook child.
+
+    Registering and unregistering the configuration never overlap, and nothing is registered
+    once stopping began: a muster stopped while it started (SIGTERM a moment after launch) must
+    not leave a configuration that points at a webhook that is gone, which with failurePolicy
+    Fail would refuse every create in managed namespaces."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        client: KubeClient,
+        settings: WebhookSettings,
+        port: int,
+        ca_bundle: bytes,
+        metrics: Any,
+        child: subprocess.Popen[bytes] | None,
+        webhook: bool,
+    ) -> None:
+        self.args, self.client, self.settings = args, client, settings
+        self.port, self.ca_bundle, self.metrics = port, ca_bundle, metrics
+        self.child, self.webhook = child, webhook
+        self.registration = asyncio.Lock()
+        self.stopping = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []  # held, so none is collected while it runs
+
+    async def start(self) -> None:
+        if self.metrics is not None:
+            await self.metrics.start()
+        loop = asyncio.get_running_loop()
+        if self.args.local and self.webhook:
+            self.tasks.append(loop.create_task(self._register_when_serving()))
+        elif self.webhook and self.metrics is not None:
+            self.tasks.append(loop.create_task(self._ready_when_serving()))
+        if self.child is not None:
+            self.tasks.append(loop.create_task(self._watch_child()))
+
+    async def stop(self, **_: Any) -> None:
+        if self.metrics is not None:
+            await self.metrics.stop()
+        if self.args.local and self.webhook:
+            async with self.registration:
+                self.stopping.set()
+                await asyncio.to_thread(unregister_configuration, self.client, self._url())
+
+    def _url(self) -> str:
+        return f"https://{self.args.webhook_addr}:{self.port}"
+
+    async def _watch_child(self) -> None:
+        child = self.child
+        assert child is not None
+        while child.poll() is None:
+            await asyncio.sleep(1.0)
+        logging.error("the webhook process exited (%s); stopping", child.returncode)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    async def _register_when_serving(self) -> None:
+        await asyncio.to_thread(_wait_for_tls, self.args.webhook_addr, self.port)
+        configuration = build_configuration(
+            self.settings,
+            url=self._url(),
+            ca_bundle=base64.b64encode(self.ca_bundle).decode(),
+        )
+        async with self.registration:
+            if self.stopping.is_set():
+                return
+            await asyncio.to_thread(register_configuration, self.client, configuration)
+        logging.info("webhook registered at %s", self._url())
+        metrics = ""
+        if self.metrics is not None:
+            self.metrics.ready = True
+            metrics = f" metrics={self.metrics.url}"
+        print(f"muster: webhook ready at {self._url()}{metrics}", flush=True)
+
+    async def _ready_when_serving(self) -> None:
+        # In a cluster the configuration is the manifests' to register; serving TLS is ready.
+        with contextlib.suppress(TimeoutError):  # not serving: never ready, /healthz says so
+            await asyncio.to_thread(_wait_for_tls, self.args.webhook_addr, self.port)
+            self.metrics.ready = True
