@@ -32,7 +32,13 @@ from policies.durations import (
 from policies.gangstate import GangState
 from policies.kinds import FieldError, GangFields, job_fields, job_size_of, queue_of
 from policies.model import NodeTerm
-from policies.phase import job_finished, marked_failed
+from policies.phase import (
+    condition_true,
+    eviction_counts,
+    job_finished,
+    marked_failed,
+    parse_time,
+)
 from policies.queuespec import parse_queue
 from policies.selectors import LabelSelector, parse_label_selector
 from policies.submitted import StampError, parse_stamp
@@ -67,13 +73,6 @@ class GangParseError(ValueError):
 def format_time(seconds: float) -> str:
     """RFC3339 UTC with microseconds, e.g. 2026-01-02T03:04:05.123456Z."""
     return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(value: str) -> float:
-    text = value.strip()
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    return dt.datetime.fromisoformat(text).timestamp()
 
 
 def format_admitted(seconds: float, size: int) -> str:
@@ -260,12 +259,6 @@ def node_terms(affinity: Mapping[str, Any] | None) -> tuple[NodeTerm, ...]:
     return tuple(terms)
 
 
-def _condition(status: Mapping[str, Any], kind: str) -> bool:
-    return any(
-        c.get("type") == kind and c.get("status") == "True" for c in status.get("conditions") or []
-    )
-
-
 _READ_LABELS: Final = (QUEUE, MIN_MEMBERS, PRIORITY, ELASTIC_AFTER, CLOG_TIMEOUT)
 _READ_ANNOTATIONS: Final = (
     QUEUE,
@@ -353,7 +346,7 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
     problem = _Problem()
     admission = _admission_annotations(spec, annotations, problem)
     fields, gang = _gang(namespace, name, spec, labels, annotations, admission.original, problem)
-    counts = _eviction_counts(annotations)
+    counts = eviction_counts(annotations)
     return JobRecord(
         namespace=namespace,
         name=name,
@@ -517,28 +510,6 @@ def _preemptions(annotations: Mapping[str, str], problem: _Problem) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class _EvictionCounts:
-    evictions: int
-    requeue_at: float
-
-
-def _eviction_counts(annotations: Mapping[str, str]) -> _EvictionCounts:
-    """`muster.dev/evictions` and `muster.dev/requeue-at`; unreadable ones count as none
-    (muster writes them; they do not make the gang invalid)."""
-    requeue_at = 0.0
-    if REQUEUE_AT in annotations:
-        try:
-            requeue_at = parse_time(annotations[REQUEUE_AT])
-        except ValueError:
-            requeue_at = 0.0
-    try:
-        evictions = int(annotations.get(EVICTIONS, "0"))
-    except ValueError:
-        evictions = 0
-    return _EvictionCounts(evictions, requeue_at)
-
-
-@dataclass(frozen=True, slots=True)
 class PodRecord:
     """A pod's contribution to node usage: where it runs, what it requests, whose gang it is."""
 
@@ -573,7 +544,7 @@ def pod_record(body: Mapping[str, Any]) -> PodRecord | None:
         node=spec.get("nodeName") or "",
         requests=requests,
         gang=f"{meta.get('namespace')}/{gang_label}" if gang_label else None,
-        ready=_condition(status, "Ready"),
+        ready=condition_true(status, "Ready"),
         ref=f"{meta.get('namespace')}/{meta.get('name')}",
         gated=any(g.get("name") == PLACEMENT_GATE for g in spec.get("schedulingGates") or []),
         target=(spec.get("nodeSelector") or {}).get(HOSTNAME, ""),

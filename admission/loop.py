@@ -35,6 +35,7 @@ from policies.lifecycle import (
     clog_timeout,
     evict,
     fails_rejected,
+    rejected_message,
 )
 from policies.resources import Resources
 
@@ -464,7 +465,7 @@ class Controller:
             record = self.cache.jobs.get(key)
             if record is None or record.failed_state or record.admission is not None:
                 continue
-            message = f"{reason.code}: {reason.message}"
+            message = rejected_message(reason)
             log.warning("%s failed: %s", key, message)
             self.failing.add(key)
             self.metrics.failed.inc()
