@@ -30,7 +30,7 @@ from policies.durations import (
     parse_runtime_limit,
 )
 from policies.gangstate import GangState
-from policies.kinds import FieldError, GangFields, job_fields, job_size_of, queue_of
+from policies.kinds import JOB, FieldError, GangFields, job_size_of, kind_named, queue_of
 from policies.model import NodeTerm
 from policies.phase import (
     condition_true,
@@ -123,10 +123,8 @@ def _one_pod_per_node(
 ) -> bool:
     """True when the pod template has required anti-affinity to its own pods per hostname.
 
-    With `preferred` (a MiniCluster's Job), the Flux Operator's preferred anti-affinity counts
-    too: the operator asks for one Flux broker per node that way on every MiniCluster (unless
-    `spec.network.disableAffinity`), and the scheduler keeps to it when the nodes are free,
-    which is when muster admits the gang.
+    With `preferred` (a kind that `spreads`: a MiniCluster's Job), a preferred anti-affinity
+    counts too (see `policies.kinds.minicluster.MiniClusterKind.spreads`).
     """
     anti = (spec.get("affinity") or {}).get("podAntiAffinity") or {}
     terms = list(anti.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
@@ -438,11 +436,16 @@ def _gang(
 ) -> tuple[GangFields, Gang]:
     """The gang fields (read as the webhook reads them) and the planner's gang."""
     size = max(job_size_of(original.parallelism, original.completions), 1)
-    # The gang fields, read as the webhook reads them (one adapter: policies.kinds); a bad one
-    # keeps the gang waiting with the webhook's refusal message.
+    # The gang fields, read as the webhook reads them (one adapter: policies.kinds), from the
+    # Job as the user wrote it; a bad one keeps the gang waiting with the webhook's refusal.
+    as_written = {
+        **spec,
+        "parallelism": original.parallelism,
+        "completions": original.completions,
+    }
     try:
-        fields = job_fields(
-            {**spec, "completions": original.completions}, labels, annotations, size
+        _, fields = JOB.gang_fields(
+            {"metadata": {"labels": labels, "annotations": annotations}, "spec": as_written}
         )
     except FieldError as exc:
         problem.message = str(exc)
@@ -469,7 +472,7 @@ def _gang(
     except ValueError as exc:
         problem.message = str(exc)
         requests = Resources()
-    kind = annotations.get(GANG_KIND) or "Job"
+    kind = kind_named(annotations.get(GANG_KIND))
     gang = Gang(
         id=f"{namespace}/{name}",
         queue=queue_of(labels),
@@ -479,12 +482,12 @@ def _gang(
         priority=fields.priority,
         elastic_after=fields.elastic_after,
         submitted=stamp,
-        one_pod_per_node=_one_pod_per_node(pod_spec, pod_labels, preferred=kind == "MiniCluster"),
+        one_pod_per_node=_one_pod_per_node(pod_spec, pod_labels, preferred=kind.spreads),
         node_selector=dict(pod_spec.get("nodeSelector") or {}),
         tolerations=_tolerations(pod_spec),
         # The user's own required node affinity: from the saved original, not the pin.
         node_terms=node_terms(original.affinity),
-        kind=kind,
+        kind=kind.name,
         runtime_limit=runtime_limit,
         preemptions=preemptions,
     )
