@@ -30,11 +30,12 @@ Events live in a heap keyed (time, kind order, sequence), so ties are broken det
 and time never goes back. Events at one instant are coalesced into one decision.
 
 This module is the coordinator and owns the gang lifecycle (submit, admit, pods running,
-finish, deadline, clog, evict, preempt; the eviction rules are `policies.lifecycle`'s, as in
-the controller). Its parts: the clock (`simulator.events`), the cluster and pod-level
-scheduler (`simulator.podscheduler`), the pending queues and planner (`simulator.admitmodel`),
-the metrics (`simulator.sampling.Meter`), the records it keeps (`simulator.records`) and,
-for tests, the invariants that tie them together (`simulator.enginecheck`).
+finish, deadline, clog, evict, preempt; the clog, eviction and rejection rules, and the
+failure messages, are `policies.lifecycle`'s, as in the controller). Its parts: the clock
+(`simulator.events`), the cluster and pod-level scheduler (`simulator.podscheduler`), the
+pending queues and planner (`simulator.admitmodel`), the metrics (`simulator.sampling.Meter`),
+the records it keeps (`simulator.records`) and, for tests, the invariants that tie them
+together (`simulator.enginecheck`).
 """
 
 from __future__ import annotations
