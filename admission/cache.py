@@ -43,6 +43,7 @@ from policies import (
     Snapshot,
 )
 from policies.estimate import Estimate, RuntimeHistory
+from policies.lifecycle import Progress
 from policies.phase import NO_LIMITS, QueueLimits, is_managed_job, parse_queue_limits
 from policies.readiness import Readiness, queue_readiness
 from policies.reasons import namespace_not_allowed
@@ -323,6 +324,25 @@ class Cache:
             current.suspended = False
             current.evictions = before.evictions
         self.changed.set()
+
+    def drop_reservation(self, key: str) -> None:
+        """A gang's capacity is free without the watch having said so yet (a preemption victim
+        suspended, finished or gone): stop holding its plan, and plan again."""
+        self.reservations.pop(key, None)
+        self.touch(key)
+        self.changed.set()
+
+    def assume_resuspended(self, record: JobRecord) -> None:
+        """The controller suspends again a Job unsuspended without muster's admission: held
+        as suspended at once, so the next cycle does not suspend it twice (the watch brings
+        the written Job)."""
+        record.suspended = True
+
+    def note_progress(self, record: JobRecord, progress: Progress) -> None:
+        """Where an admitted gang stands against its minimum, as the clog check last found it
+        (`policies.lifecycle.check_clog`)."""
+        record.reached_min = progress.reached_min
+        record.below_min_since = progress.below_min_since
 
     def release_reservations(self, now: float) -> None:
         """Drop the plans gangs no longer need held: once a gang's minimum is ready (its pods

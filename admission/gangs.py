@@ -30,9 +30,15 @@ from policies.durations import (
     parse_runtime_limit,
 )
 from policies.gangstate import GangState
-from policies.kinds import FieldError, GangFields, job_fields, job_size_of, queue_of
+from policies.kinds import JOB, FieldError, GangFields, job_size_of, kind_named, queue_of
 from policies.model import NodeTerm
-from policies.phase import job_finished, marked_failed
+from policies.phase import (
+    condition_true,
+    eviction_counts,
+    job_finished,
+    marked_failed,
+    parse_time,
+)
 from policies.queuespec import parse_queue
 from policies.selectors import LabelSelector, parse_label_selector
 from policies.submitted import StampError, parse_stamp
@@ -67,13 +73,6 @@ class GangParseError(ValueError):
 def format_time(seconds: float) -> str:
     """RFC3339 UTC with microseconds, e.g. 2026-01-02T03:04:05.123456Z."""
     return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(value: str) -> float:
-    text = value.strip()
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    return dt.datetime.fromisoformat(text).timestamp()
 
 
 def format_admitted(seconds: float, size: int) -> str:
@@ -124,10 +123,8 @@ def _one_pod_per_node(
 ) -> bool:
     """True when the pod template has required anti-affinity to its own pods per hostname.
 
-    With `preferred` (a MiniCluster's Job), the Flux Operator's preferred anti-affinity counts
-    too: the operator asks for one Flux broker per node that way on every MiniCluster (unless
-    `spec.network.disableAffinity`), and the scheduler keeps to it when the nodes are free,
-    which is when muster admits the gang.
+    With `preferred` (a kind that `spreads`: a MiniCluster's Job), a preferred anti-affinity
+    counts too (see `policies.kinds.minicluster.MiniClusterKind.spreads`).
     """
     anti = (spec.get("affinity") or {}).get("podAntiAffinity") or {}
     terms = list(anti.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
@@ -260,12 +257,6 @@ def node_terms(affinity: Mapping[str, Any] | None) -> tuple[NodeTerm, ...]:
     return tuple(terms)
 
 
-def _condition(status: Mapping[str, Any], kind: str) -> bool:
-    return any(
-        c.get("type") == kind and c.get("status") == "True" for c in status.get("conditions") or []
-    )
-
-
 _READ_LABELS: Final = (QUEUE, MIN_MEMBERS, PRIORITY, ELASTIC_AFTER, CLOG_TIMEOUT)
 _READ_ANNOTATIONS: Final = (
     QUEUE,
@@ -353,7 +344,7 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
     problem = _Problem()
     admission = _admission_annotations(spec, annotations, problem)
     fields, gang = _gang(namespace, name, spec, labels, annotations, admission.original, problem)
-    counts = _eviction_counts(annotations)
+    counts = eviction_counts(annotations)
     return JobRecord(
         namespace=namespace,
         name=name,
@@ -445,11 +436,16 @@ def _gang(
 ) -> tuple[GangFields, Gang]:
     """The gang fields (read as the webhook reads them) and the planner's gang."""
     size = max(job_size_of(original.parallelism, original.completions), 1)
-    # The gang fields, read as the webhook reads them (one adapter: policies.kinds); a bad one
-    # keeps the gang waiting with the webhook's refusal message.
+    # The gang fields, read as the webhook reads them (one adapter: policies.kinds), from the
+    # Job as the user wrote it; a bad one keeps the gang waiting with the webhook's refusal.
+    as_written = {
+        **spec,
+        "parallelism": original.parallelism,
+        "completions": original.completions,
+    }
     try:
-        fields = job_fields(
-            {**spec, "completions": original.completions}, labels, annotations, size
+        _, fields = JOB.gang_fields(
+            {"metadata": {"labels": labels, "annotations": annotations}, "spec": as_written}
         )
     except FieldError as exc:
         problem.message = str(exc)
@@ -476,7 +472,7 @@ def _gang(
     except ValueError as exc:
         problem.message = str(exc)
         requests = Resources()
-    kind = annotations.get(GANG_KIND) or "Job"
+    kind = kind_named(annotations.get(GANG_KIND))
     gang = Gang(
         id=f"{namespace}/{name}",
         queue=queue_of(labels),
@@ -486,12 +482,12 @@ def _gang(
         priority=fields.priority,
         elastic_after=fields.elastic_after,
         submitted=stamp,
-        one_pod_per_node=_one_pod_per_node(pod_spec, pod_labels, preferred=kind == "MiniCluster"),
+        one_pod_per_node=_one_pod_per_node(pod_spec, pod_labels, preferred=kind.spreads),
         node_selector=dict(pod_spec.get("nodeSelector") or {}),
         tolerations=_tolerations(pod_spec),
         # The user's own required node affinity: from the saved original, not the pin.
         node_terms=node_terms(original.affinity),
-        kind=kind,
+        kind=kind.name,
         runtime_limit=runtime_limit,
         preemptions=preemptions,
     )
@@ -514,28 +510,6 @@ def _preemptions(annotations: Mapping[str, str], problem: _Problem) -> int:
                 "muster writes it at each preemption: set it back to the count (or remove it)"
             )
     return preemptions
-
-
-@dataclass(frozen=True, slots=True)
-class _EvictionCounts:
-    evictions: int
-    requeue_at: float
-
-
-def _eviction_counts(annotations: Mapping[str, str]) -> _EvictionCounts:
-    """`muster.dev/evictions` and `muster.dev/requeue-at`; unreadable ones count as none
-    (muster writes them; they do not make the gang invalid)."""
-    requeue_at = 0.0
-    if REQUEUE_AT in annotations:
-        try:
-            requeue_at = parse_time(annotations[REQUEUE_AT])
-        except ValueError:
-            requeue_at = 0.0
-    try:
-        evictions = int(annotations.get(EVICTIONS, "0"))
-    except ValueError:
-        evictions = 0
-    return _EvictionCounts(evictions, requeue_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,7 +547,7 @@ def pod_record(body: Mapping[str, Any]) -> PodRecord | None:
         node=spec.get("nodeName") or "",
         requests=requests,
         gang=f"{meta.get('namespace')}/{gang_label}" if gang_label else None,
-        ready=_condition(status, "Ready"),
+        ready=condition_true(status, "Ready"),
         ref=f"{meta.get('namespace')}/{meta.get('name')}",
         gated=any(g.get("name") == PLACEMENT_GATE for g in spec.get("schedulingGates") or []),
         target=(spec.get("nodeSelector") or {}).get(HOSTNAME, ""),

@@ -41,6 +41,32 @@ def free_port(addr: str = LOOPBACK) -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_process(
+    proc: subprocess.Popen[Any],
+    sig: int = signal.SIGTERM,
+    timeout: float = 30,
+    reader: threading.Thread | None = None,
+) -> bool:
+    """Send `sig` to `proc` (SIGTERM: a clean stop, which unregisters what it registered),
+    SIGKILL after `timeout` seconds; then close its output pipe, if it has one, once `reader`
+    (a thread reading that pipe, which ends at its EOF) is done with it. True when it had to be
+    killed."""
+    killed = False
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        killed = True
+    if reader is not None:
+        reader.join(timeout=10)
+    if proc.stdout is not None:
+        proc.stdout.close()
+    return killed
+
+
 @dataclass
 class MusterRun:
     """A running `muster run` and where its services listen (None: not served)."""
@@ -73,23 +99,9 @@ class MusterRun:
         return self.proc.poll() is None
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> bool:
-        """Send `sig` (SIGTERM: a clean stop, which unregisters what it registered), SIGKILL
-        after `timeout` seconds. True when it had to be killed. Closes the output pipe once the
-        reader has read it to the end."""
-        killed = False
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            killed = True
-        if self._reader is not None:
-            self._reader.join(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        return killed
+        """`stop_process`: `sig`, SIGKILL after `timeout` seconds, the output pipe closed once
+        read to the end. True when it had to be killed."""
+        return stop_process(self.proc, sig, timeout, self._reader)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None

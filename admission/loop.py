@@ -35,6 +35,7 @@ from policies.lifecycle import (
     clog_timeout,
     evict,
     fails_rejected,
+    rejected_message,
 )
 from policies.resources import Resources
 
@@ -264,9 +265,7 @@ class Controller:
             # free for the next cycle, and the status service says why the gang waits).
             self.cache.assume_suspended(current, preemption=(preemptions, reason.message))
         else:
-            self.cache.reservations.pop(record.key, None)
-            self.cache.touch(record.key)
-            self.cache.changed.set()
+            self.cache.drop_reservation(record.key)
         self.metrics.preemptions.labels(record.queue).inc()
         log.info("%s %s", record.key, reason.message)
         self.writer.event(ref, "Preempted", reason.message, "Normal")
@@ -464,7 +463,7 @@ class Controller:
             record = self.cache.jobs.get(key)
             if record is None or record.failed_state or record.admission is not None:
                 continue
-            message = f"{reason.code}: {reason.message}"
+            message = rejected_message(reason)
             log.warning("%s failed: %s", key, message)
             self.failing.add(key)
             self.metrics.failed.inc()
@@ -500,7 +499,7 @@ class Controller:
             )
             log.warning("%s %s", record.key, message)
             self.metrics.resuspended.inc()
-            record.suspended = True
+            self.cache.assume_resuspended(record)
             self._spawn(self._send_suspend(record, message))
 
     async def _send_suspend(self, record: JobRecord, message: str) -> None:
@@ -528,8 +527,7 @@ class Controller:
                 timeout=self._clog_timeout(record),
                 now=now,
             )
-            record.reached_min = check.progress.reached_min
-            record.below_min_since = check.progress.below_min_since
+            self.cache.note_progress(record, check.progress)
             if check.evict is not None:
                 self.metrics.clogs.inc()
                 self._evict(record, check.evict, check.why, now)

@@ -92,7 +92,7 @@ def gang_status(cache: Cache, key: str, now: float) -> dict[str, Any] | None:
             body["reason"] = {"code": "Invalid", "message": record.parse_error}
         elif state == gangstate.BACKING_OFF:
             body["reason"] = {
-                "code": "BackingOff",
+                "code": gangstate.BACKING_OFF,  # the state is the reason
                 "message": f"evicted {record.evictions} times; requeued at "
                 f"{format_time(record.requeue_at)}",
             }

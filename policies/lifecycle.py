@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from policies.decisions import Reason
 from policies.durations import format_duration
 from policies.model import Backoff, Queue
 
@@ -28,14 +29,22 @@ not all come back in the same cycle (the controller; the simulator runs without 
 
 REJECTED_GRACE: Final = 300.0
 """Seconds the controller lets a gang stay rejected before it marks it Failed."""
+SIMULATED_REJECTED_GRACE: Final = 0.0
+"""The in-process simulator's grace: its nodes and queues do not change during a run, so a
+rejected gang fails at once."""
 
 
 def fails_rejected(rejected_since: float, now: float, grace: float) -> bool:
     """A gang the planner rejects (NeverFits, SizeRatioRejected: it can never be admitted as
     things stand) fails once it has been rejected for `grace` seconds in a row, so a node
     briefly gone or a Queue being edited does not fail it. The simulator, whose nodes and
-    queues do not change during a run, fails it at once (grace 0)."""
+    queues do not change during a run, fails it at once (`SIMULATED_REJECTED_GRACE`)."""
     return now - rejected_since >= grace
+
+
+def rejected_message(reason: Reason) -> str:
+    """Why a rejected gang failed: the planner's reason, code first."""
+    return f"{reason.code}: {reason.message}"
 
 
 def clog_timeout(own: float | None, queue: Queue | None) -> float:
@@ -72,16 +81,17 @@ def check_clog(
     timeout: float,
     now: float,
 ) -> ClogCheck:
-    """The clog rule: an admitted gang with fewer than `minimum` ready pods for longer than
-    `timeout` (counted from its admission, or from when it fell below a minimum it had
-    reached) is evicted."""
+    """The clog rule: an admitted gang with fewer than `minimum` ready pods for `timeout`
+    (counted from its admission, or from when it fell below a minimum it had reached) is
+    evicted. Evicted at `since + timeout` itself: the in-process engine checks at exactly
+    that instant, the controller at its next cycle after it."""
     if ready >= minimum:
         return ClogCheck(Progress(True, None))
     if progress.reached_min and progress.below_min_since is None:
         progress = Progress(True, now)
     since = progress.below_min_since if progress.reached_min else admitted_at
     assert since is not None
-    if now - since <= timeout:
+    if now < since + timeout:
         return ClogCheck(progress)
     reason: EvictReason = "BelowMinimum" if progress.reached_min else "Clogged"
     why = (

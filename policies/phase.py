@@ -3,18 +3,21 @@
 One reader for every caller: the controller's cache (`admission.gangs.job_record`, whose
 pending count is the Queue's `status.pending`) and the webhook's count of pending gangs that
 `spec.limits` bounds (`webhook.backlog`) both decide "pending" here, so the two never disagree
-on which gangs a queue holds. Also the Queue's `spec.limits`, which the webhook enforces.
+on which gangs a queue holds. The eviction count and requeue time muster writes are read here
+too, for the controller and the kwok engine (`simulator.kwok_timeline`). Also the Queue's
+`spec.limits`, which the webhook enforces.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from policies import gangstate
 from policies.model import PolicyError
-from policies.vocabulary import ADMITTED, QUEUE, STATE, SUBMITTED
+from policies.vocabulary import ADMITTED, EVICTIONS, QUEUE, REQUEUE_AT, STATE, SUBMITTED
 
 
 def is_managed_job(body: Mapping[str, Any]) -> bool:
@@ -23,7 +26,8 @@ def is_managed_job(body: Mapping[str, Any]) -> bool:
     return QUEUE in (meta.get("labels") or {}) and SUBMITTED in (meta.get("annotations") or {})
 
 
-def _condition(status: Mapping[str, Any], kind: str) -> bool:
+def condition_true(status: Mapping[str, Any], kind: str) -> bool:
+    """The object's (a Job's, a Pod's) condition `kind` is True."""
     return any(
         c.get("type") == kind and c.get("status") == "True" for c in status.get("conditions") or []
     )
@@ -31,7 +35,42 @@ def _condition(status: Mapping[str, Any], kind: str) -> bool:
 
 def job_finished(status: Mapping[str, Any]) -> bool:
     """The Job has ended: its condition Complete or Failed is True."""
-    return _condition(status, "Complete") or _condition(status, "Failed")
+    return condition_true(status, "Complete") or condition_true(status, "Failed")
+
+
+def parse_time(value: str) -> float:
+    """Seconds since the epoch of an RFC3339 time (`2026-01-02T03:04:05.123456Z`); ValueError
+    when it is not one."""
+    text = value.strip()
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    return dt.datetime.fromisoformat(text).timestamp()
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionCounts:
+    """What muster wrote at a gang's last eviction."""
+
+    evictions: int
+    """`muster.dev/evictions`: how many times it was evicted (clog, deadlock)."""
+    requeue_at: float
+    """`muster.dev/requeue-at`: when it may be admitted again (0: at once)."""
+
+
+def eviction_counts(annotations: Mapping[str, str]) -> EvictionCounts:
+    """`muster.dev/evictions` and `muster.dev/requeue-at`; unreadable ones count as none
+    (muster writes them; they do not make the gang invalid)."""
+    requeue_at = 0.0
+    if REQUEUE_AT in annotations:
+        try:
+            requeue_at = parse_time(annotations[REQUEUE_AT])
+        except ValueError:
+            requeue_at = 0.0
+    try:
+        evictions = int(annotations.get(EVICTIONS, "0"))
+    except ValueError:
+        evictions = 0
+    return EvictionCounts(evictions, requeue_at)
 
 
 def marked_failed(annotations: Mapping[str, str]) -> bool:

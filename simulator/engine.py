@@ -30,11 +30,12 @@ Events live in a heap keyed (time, kind order, sequence), so ties are broken det
 and time never goes back. Events at one instant are coalesced into one decision.
 
 This module is the coordinator and owns the gang lifecycle (submit, admit, pods running,
-finish, deadline, clog, evict, preempt; the eviction rules are `policies.lifecycle`'s, as in
-the controller). Its parts: the clock (`simulator.events`), the cluster and pod-level
-scheduler (`simulator.podscheduler`), the pending queues and planner (`simulator.admitmodel`),
-the metrics (`simulator.sampling.Meter`), the records it keeps (`simulator.records`) and,
-for tests, the invariants that tie them together (`simulator.enginecheck`).
+finish, deadline, clog, evict, preempt; the clog, eviction and rejection rules, and the
+failure messages, are `policies.lifecycle`'s, as in the controller). Its parts: the clock
+(`simulator.events`), the cluster and pod-level scheduler (`simulator.podscheduler`), the
+pending queues and planner (`simulator.admitmodel`), the metrics (`simulator.sampling.Meter`),
+the records it keeps (`simulator.records`) and, for tests, the invariants that tie them
+together (`simulator.enginecheck`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,16 @@ import time as wallclock
 from collections.abc import Mapping
 
 from policies import AdmittedGang, Node, Planner, QueueTree
-from policies.lifecycle import clog_timeout, evict
+from policies.lifecycle import (
+    SIMULATED_REJECTED_GRACE,
+    EvictReason,
+    Progress,
+    check_clog,
+    clog_timeout,
+    evict,
+    fails_rejected,
+    rejected_message,
+)
 from simulator.admitmodel import PendingQueues
 from simulator.enginecheck import check_invariants
 from simulator.events import (
@@ -430,23 +440,42 @@ class Engine:
         )
 
     def _clog_check(self, record: GangRecord) -> None:
+        """One clog timeout after the gang began to hold capacity (its admission; without gang
+        admission, its first bound pod)."""
         if record.state != ADMITTED:
             return
+        if not self.muster:
+            # Without gang admission nobody notices; the gang keeps its nodes.
+            record.clogs += 1
+            self._incident("clog", record)
+            return
+        # The controller's rule (policies.lifecycle): in the engine a running gang never falls
+        # below its minimum again, so the clock runs from the admission.
+        check = check_clog(
+            Progress(),
+            admitted_at=record.admitted_at if record.admitted_at is not None else self.now,
+            ready=record.running_pods,
+            minimum=record.gang.min,
+            timeout=record.clog_timeout,
+            now=self.now,
+        )
+        if check.evict is None:
+            return  # not clogged yet (the event is pushed at admitted_at + clog_timeout)
         record.clogs += 1
         self._incident("clog", record)
-        if not self.muster:
-            return  # without gang admission nobody notices; the gang keeps its nodes
-        # Evict: pods deleted, capacity released, requeue after backoff or fail.
+        self._evict(record, check.evict, check.why)
+
+    def _evict(self, record: GangRecord, reason: EvictReason, why: str) -> None:
+        """Pods deleted, capacity released, requeued after the backoff, or failed past its
+        limit, by `policies.lifecycle.evict` (without the controller's jitter) and with the
+        controller's message."""
         self._release(record)
-        backoff = self.tree[record.gang.queue].backoff
-        eviction = evict(record.evictions, backoff)  # the controller's rule, without jitter
+        eviction = evict(record.evictions, self.tree[record.gang.queue].backoff)
         record.evictions = eviction.evictions
         record.attempt += 1
         if eviction.failed:
             self._set_state(record, FAILED)
-            record.reason = (
-                f"BackoffLimitExceeded: evicted {record.evictions} times, limit {backoff.limit}"
-            )
+            record.reason = eviction.message(reason, why)
             self._incident("fail", record)
             return
         self._incident("evict", record)
@@ -487,11 +516,12 @@ class Engine:
             self._admit(record, admission.size, admission.placement)
         for gang_id, reason in decisions.rejected.items():
             record = self.by_id[gang_id]
-            if record.state == PENDING:
+            # Rejected from this cycle on: the lifecycle's rule, with the simulator's grace.
+            if record.state == PENDING and fails_rejected(now, now, SIMULATED_REJECTED_GRACE):
                 queues.taken(record)
                 self.meter.set_waiting(record, 0)
                 self._set_state(record, FAILED)
-                record.reason = f"{reason.code}: {reason.message}"
+                record.reason = rejected_message(reason)
                 self._incident("fail", record)
         for index in sorted(queues.elastic_members):
             record = self.gangs[index]

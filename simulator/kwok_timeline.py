@@ -30,11 +30,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from admission.gangs import parse_admitted, parse_time
+from admission.gangs import parse_admitted
 from policies import Gang
-from policies.phase import marked_failed
+from policies.phase import condition_true, eviction_counts, marked_failed
 from policies.vocabulary import ADMITTED as ADMITTED_ANNOTATION
-from policies.vocabulary import EVICTED_REASON, EVICTIONS, GANG, PREEMPTIONS, REQUEUE_AT
+from policies.vocabulary import EVICTED_REASON, GANG, PREEMPTIONS
 from simulator.records import (
     ADMITTED,
     BACKING_OFF,
@@ -314,24 +314,21 @@ class Timeline:
             return False  # the MiniCluster's Job is not there yet: still pending
         meta = job.get("metadata") or {}
         annotations: Mapping[str, str] = meta.get("annotations") or {}
-        evictions = _int(annotations.get(EVICTIONS))
+        counts = eviction_counts(annotations)
+        evictions = counts.evictions
         failed = marked_failed(annotations)
         changed = self._observe_evictions(record, seen, annotations, evictions, failed, now)
         changed |= self._observe_preemptions(record, seen, annotations, now)
-        if REQUEUE_AT in annotations:
-            try:
-                seen.requeue_at = parse_time(annotations[REQUEUE_AT])
-            except ValueError:
-                seen.requeue_at = 0.0
+        seen.requeue_at = counts.requeue_at
         admitted = annotations.get(ADMITTED_ANNOTATION)
         changed |= self._observe_admitted(record, seen, admitted, wall)
         status = job.get("status") or {}
         self._note_job_ready(record, seen, admitted, status, wall)
-        if _condition(status, "Complete"):
+        if condition_true(status, "Complete"):
             record.finished = self._finish_time(seen, now)
             self._set_state(record, FINISHED, record.finished)
             return True
-        if failed or _condition(status, "Failed"):
+        if failed or condition_true(status, "Failed"):
             limit = self.trace.queue_specs()[record.gang.queue].backoff.limit
             record.reason = (
                 f"BackoffLimitExceeded: evicted {evictions} times, limit {limit}"
@@ -448,11 +445,11 @@ class Timeline:
             record.admitted_size = seen.bound
             changed = True
         status = (job or {}).get("status") or {}
-        if job is not None and _condition(status, "Complete"):
+        if job is not None and condition_true(status, "Complete"):
             record.finished = self._finish_time(seen, now)
             self._set_state(record, FINISHED, record.finished)
             return True
-        if job is not None and _condition(status, "Failed"):
+        if job is not None and condition_true(status, "Failed"):
             record.reason = "JobFailed: the Job controller marked the Job Failed"
             self._set_state(record, FAILED, now)
             return True
@@ -721,9 +718,3 @@ def _int(value: str | None) -> int:
         return int(value or 0)
     except ValueError:
         return 0
-
-
-def _condition(status: Mapping[str, Any], kind: str) -> bool:
-    return any(
-        c.get("type") == kind and c.get("status") == "True" for c in status.get("conditions") or []
-    )

@@ -12,7 +12,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from policies import PolicyError, Resources, Taint, Toleration, fields
 from policies.phase import parse_queue_limits
-from policies.queuespec import parse_queue
+from policies.queuespec import QUEUE_SPEC_FIELDS, parse_queue
 from simulator.tracemodel import (
     DEFAULT_POD_START_DELAY,
     JobGroup,
@@ -24,22 +24,9 @@ from simulator.tracemodel import (
 
 _TOP_FIELDS = ("name", "cluster", "queues", "jobs", "simulation")
 _NODE_FIELDS = ("count", "allocatable", "name", "labels", "taints")
-_QUEUE_FIELDS = (
-    "name",
-    "parent",
-    "weight",
-    "nominal",
-    "borrowingLimit",
-    "lendingLimit",
-    "strategy",
-    "sizeRatio",
-    "clogTimeout",
-    "backoff",
-    "nodeFit",
-    "preemption",
-    "neverFits",
-    "limits",
-)
+_QUEUE_FIELDS = ("name", *(f for f in QUEUE_SPEC_FIELDS if f != "namespaceSelector"))
+"""A trace's queue: its name and the Queue spec's fields (a trace has no namespaces to
+select)."""
 _JOB_FIELDS = (
     "name",
     "count",

@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from policies.kinds import JOB, MINICLUSTER, Kind, KindName
 from policies.phase import QueueLimits, job_pending
-from policies.vocabulary import QUEUE, SUBMITTED
+from policies.vocabulary import SUBMITTED
 from webhook.decision import is_minicluster_ref
 
-GangKind = Literal["Job", "MiniCluster"]
 GangKey = tuple[str, str, str]
 """(kind, namespace, name) of a gang: a MiniCluster's Job is keyed by its MiniCluster."""
 
@@ -45,24 +45,25 @@ def gang_key_of_job(body: Mapping[str, Any]) -> GangKey:
     namespace = meta.get("namespace") or ""
     for ref in meta.get("ownerReferences") or []:
         if ref.get("controller") and is_minicluster_ref(ref):
-            return ("MiniCluster", namespace, str(ref.get("name") or ""))
-    return ("Job", namespace, meta.get("name") or "")
+            return (MINICLUSTER.name, namespace, str(ref.get("name") or ""))
+    return (JOB.name, namespace, meta.get("name") or "")
 
 
-def _queue_of(meta: Mapping[str, Any]) -> str | None:
-    """The queue a managed object names (the webhook's annotation, else the user's label);
-    None for an object the webhook never stamped (not managed)."""
-    annotations: Mapping[str, str] = meta.get("annotations") or {}
+def _queue_of(kind: Kind, body: Mapping[str, Any]) -> str | None:
+    """The queue a managed object is stored in (`Kind.queue`, as the controller reads it: the
+    label, which the webhook sets on every object it stamps); None for an object the webhook
+    never stamped (not managed)."""
+    annotations: Mapping[str, str] = (body.get("metadata") or {}).get("annotations") or {}
     if SUBMITTED not in annotations:
         return None
-    return annotations.get(QUEUE) or (meta.get("labels") or {}).get(QUEUE) or None
+    return kind.queue(body) or None
 
 
 @dataclass
 class _Gang:
     queue: str
     namespace: str
-    stored: set[GangKind] = field(default_factory=set)
+    stored: set[KindName] = field(default_factory=set)
     job_pending: bool | None = None
     """Its Job's phase when last seen (kept when the Job goes while its MiniCluster stays, so a
     MiniCluster whose finished Job was cleaned up does not count as pending again)."""
@@ -115,10 +116,9 @@ class Backlog:
 
     def observe_job(self, event: str | None, body: Mapping[str, Any]) -> None:
         """A watch event of a Job labelled `muster.dev/queue` (DELETED, or any other)."""
-        meta = body.get("metadata") or {}
-        queue = None if event == "DELETED" else _queue_of(meta)
+        queue = None if event == "DELETED" else _queue_of(JOB, body)
         pending = None if queue is None else job_pending(body)
-        self._observe(gang_key_of_job(body), "Job", queue, pending)
+        self._observe(gang_key_of_job(body), JOB.name, queue, pending)
 
     def relist_jobs(self, items: Iterable[Mapping[str, Any]]) -> None:
         """Every managed Job as a fresh LIST shows it: the ones missing from it are gone."""
@@ -127,19 +127,19 @@ class Backlog:
             self.observe_job(None, body)
             listed.add(gang_key_of_job(body))
         with self._lock:
-            gone = [k for k, g in self._gangs.items() if "Job" in g.stored and k not in listed]
+            gone = [k for k, g in self._gangs.items() if JOB.name in g.stored and k not in listed]
         for key in gone:
-            self._observe(key, "Job", None, None)
+            self._observe(key, JOB.name, None, None)
 
     def observe_minicluster(self, event: str | None, body: Mapping[str, Any]) -> None:
         """A watch event of a MiniCluster."""
         meta = body.get("metadata") or {}
-        key: GangKey = ("MiniCluster", meta.get("namespace") or "", meta.get("name") or "")
-        queue = None if event == "DELETED" else _queue_of(meta)
-        self._observe(key, "MiniCluster", queue, None if queue is None else True)
+        key: GangKey = (MINICLUSTER.name, meta.get("namespace") or "", meta.get("name") or "")
+        queue = None if event == "DELETED" else _queue_of(MINICLUSTER, body)
+        self._observe(key, MINICLUSTER.name, queue, None if queue is None else True)
 
     def _observe(
-        self, key: GangKey, kind: GangKind, queue: str | None, pending: bool | None
+        self, key: GangKey, kind: KindName, queue: str | None, pending: bool | None
     ) -> None:
         """`kind`'s object of gang `key` is stored in `queue` (None: gone or not managed);
         `pending`: a Job's phase (None: gone), True for a MiniCluster."""
@@ -158,7 +158,7 @@ class Backlog:
             else:
                 gang.stored.add(kind)
                 gang.queue = queue
-                if kind == "Job":
+                if kind == JOB.name:
                     gang.job_pending = pending
             if not gang.stored:
                 del self._gangs[key]
@@ -210,7 +210,7 @@ class Backlog:
 
     def admit(
         self,
-        kind: GangKind,
+        kind: KindName,
         namespace: str,
         name: str,
         queue: str,
@@ -253,7 +253,7 @@ class Backlog:
                 )
         return None
 
-    def _allow(self, kind: GangKind, namespace: str, name: str, queue: str) -> None:
+    def _allow(self, kind: KindName, namespace: str, name: str, queue: str) -> None:
         key: GangKey = (kind, namespace, name)
         if not name:
             key = (kind, namespace, f"\0unnamed-{next(self._tokens)}")

@@ -12,14 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from policies.kinds import (
-    FieldError,
-    job_fields,
-    job_gang_size,
-    minicluster_fields,
-    minicluster_job_labels,
-    queue_of,
-)
+from policies.kinds import JOB, MINICLUSTER, FieldError, minicluster_job_labels
 from policies.vocabulary import GANG, GANG_KIND, QUEUE, SUBMITTED
 
 MINICLUSTER_GROUP: Final = "flux-framework.org"
@@ -59,22 +52,23 @@ class Decision:
 
 
 def resolve_queue(
-    labels: Mapping[str, str],
+    named: str,
     namespace: str,
     namespace_labels: Mapping[str, str],
     settings: WebhookSettings,
     *,
     owned: bool,
 ) -> str | None:
-    """The queue a new object belongs to, or None when muster must leave it alone.
+    """The queue a new object belongs to (`named`: the one it names, `Kind.queue`), or None
+    when muster must leave it alone.
 
     Owned objects (a Job made by another controller) are managed only when labelled, so muster
     never fights another controller over a Job it did not create (as Kueue's ancestor check).
     """
     if namespace in settings.excluded_namespaces:
         return None
-    if queue := queue_of(labels):
-        return queue
+    if named:
+        return named
     if owned:
         return None
     if namespace_labels.get(QUEUE):
@@ -122,22 +116,14 @@ def decide_job(
     (arrives labelled through the MiniCluster's jobLabels) keeps the MiniCluster's stamp.
     """
     meta = job.get("metadata") or {}
-    spec = job.get("spec") or {}
-    labels: Mapping[str, str] = meta.get("labels") or {}
-    annotations: Mapping[str, str] = meta.get("annotations") or {}
     owner = _controller_owner(meta)
-    queue = resolve_queue(labels, namespace, namespace_labels, settings, owned=owner is not None)
+    queue = resolve_queue(
+        JOB.queue(job), namespace, namespace_labels, settings, owned=owner is not None
+    )
     if queue is None:
         return Decision(managed=False)
-
-    size = job_gang_size(spec)
-    if size < 1:
-        raise AdmissionRejected(
-            "spec.parallelism: the gang has 0 members; muster admits whole gangs, so set "
-            "spec.parallelism (and spec.completions) to at least 1"
-        )
     try:
-        job_fields(spec, labels, annotations, size)
+        JOB.gang_fields(job)
     except FieldError as exc:
         raise AdmissionRejected(str(exc)) from None
 
@@ -146,7 +132,7 @@ def decide_job(
     gang = owner["name"] if from_minicluster and owner else name
     new_annotations = {QUEUE: queue, SUBMITTED: owner_stamp or stamp}
     if from_minicluster:
-        new_annotations[GANG_KIND] = "MiniCluster"
+        new_annotations[GANG_KIND] = MINICLUSTER.name
     patch: MergePatch = {
         "metadata": {"annotations": new_annotations, "labels": {QUEUE: queue}},
         "spec": {"suspend": True},
@@ -172,15 +158,13 @@ def decide_minicluster(
     operator creates arrives labelled and is suspended by `decide_job`. The gang is the
     MiniCluster: size = spec.size, min = spec.minSize.
     """
-    meta = minicluster.get("metadata") or {}
-    spec = minicluster.get("spec") or {}
-    labels: Mapping[str, str] = meta.get("labels") or {}
-    annotations: Mapping[str, str] = meta.get("annotations") or {}
-    queue = resolve_queue(labels, namespace, namespace_labels, settings, owned=False)
+    queue = resolve_queue(
+        MINICLUSTER.queue(minicluster), namespace, namespace_labels, settings, owned=False
+    )
     if queue is None:
         return Decision(managed=False)
     try:
-        _, fields = minicluster_fields(spec, labels, annotations)
+        _, fields = MINICLUSTER.gang_fields(minicluster)
     except FieldError as exc:
         raise AdmissionRejected(str(exc)) from None
     # The minimum, priority, elastic-after and clog-timeout travel to the MiniCluster's Job as

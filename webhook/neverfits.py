@@ -6,8 +6,8 @@ after `--fail-rejected-after`. The webhook says so at create instead, with the s
 `NeverFitsCheck` keeps what the controller plans with (the Ready queues' specs, the nodes as
 `admission.gangs.node_from` reads them) and asks the planner's own screen
 (`policies.planner.NeverFitsScreen`) about the gang `admission.gangs.job_record` reads from
-the object, as the controller will. A queue's `spec.neverFits` says what to do: `Warn` (allow,
-with a warning kubectl prints) or `Reject` (refuse the create).
+the object as stored (`gang_at_create`), as the controller will. A queue's `spec.neverFits`
+says what to do: `Warn` (allow, with a warning kubectl prints) or `Reject` (refuse the create).
 
 Until the webhook has listed the nodes (`relist_nodes`), the node rule is skipped: a gang is
 never called too big for a cluster the webhook has not seen. Queues with `nodeFit: false` skip
@@ -19,16 +19,14 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from admission.gangs import job_record, node_from
 from policies.decisions import Reason
-from policies.kinds.minicluster import minicluster_job
+from policies.kinds import Kind
 from policies.model import Gang, NeverFitsAction, Node, PolicyError, Queue, QueueTree
 from policies.planner import NeverFitsScreen
 from policies.readiness import queue_readiness
-from policies.vocabulary import GANG_KIND
 
 
 class NeverFitsCheck:
@@ -135,22 +133,25 @@ class NeverFitsCheck:
             return dict(self._refusals)
 
 
-def job_gang(job: Mapping[str, Any], namespace: str, queue: str) -> Gang:
-    """The gang the controller will read from this Job once stored in `queue`."""
-    meta = dict(job.get("metadata") or {})
-    meta.setdefault("namespace", namespace)
-    return replace(job_record({**job, "metadata": meta}).gang, queue=queue)
-
-
-def minicluster_gang(
-    minicluster: Mapping[str, Any], namespace: str, queue: str, job_labels: Mapping[str, str]
+def gang_at_create(
+    kind: Kind, obj: Mapping[str, Any], namespace: str, patch: Mapping[str, Any]
 ) -> Gang:
-    """The gang the controller will read from the Job the Flux Operator makes for this
-    MiniCluster (with the `spec.jobLabels` the webhook sets)."""
-    meta = dict(minicluster.get("metadata") or {})
+    """The gang the controller will read once `obj` is stored with the webhook's merge `patch`:
+    `admission.gangs.job_record` of the object's Job (`Kind.gang_job`: a Job itself, a
+    MiniCluster's through the Job its operator makes from `spec.jobLabels`)."""
+    meta = dict(obj.get("metadata") or {})
     meta.setdefault("namespace", namespace)
-    meta.setdefault("name", meta.get("generateName") or "minicluster")
-    spec = {**(minicluster.get("spec") or {}), "jobLabels": dict(job_labels)}
-    job = minicluster_job({**minicluster, "metadata": meta, "spec": spec})
-    job["metadata"]["annotations"] = {GANG_KIND: "MiniCluster"}
-    return replace(job_record(job).gang, queue=queue)
+    return job_record(kind.gang_job(_merged({**obj, "metadata": meta}, patch))).gang
+
+
+def _merged(obj: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """`patch` (a merge patch without deletions) applied to `obj`, copying only the mappings
+    along its paths (the rest is shared with `obj`, which stays as it was)."""
+    out = dict(obj)
+    for key, value in patch.items():
+        current = out.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping):
+            out[key] = _merged(current, value)
+        else:
+            out[key] = value
+    return out

@@ -12,8 +12,9 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
+from policies.kinds import JOB, MINICLUSTER, Kind, KindName
 from policies.kinds.fields import pointer
 from policies.model import Gang
 from policies.phase import NO_LIMITS, QueueLimits
@@ -27,7 +28,7 @@ from webhook.decision import (
     decide_minicluster,
     is_minicluster_ref,
 )
-from webhook.neverfits import NeverFitsCheck, job_gang, minicluster_gang
+from webhook.neverfits import NeverFitsCheck, gang_at_create
 
 JsonPatch = list[dict[str, Any]]
 
@@ -134,7 +135,9 @@ def decide(
         "settings": settings,
     }
     name = (obj.get("metadata") or {}).get("name") or ""
+    kind: Kind
     if path == JOB_PATH:
+        kind = JOB
         owner_stamp = None
         owned_by_minicluster = False
         for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
@@ -144,30 +147,23 @@ def decide(
         decision = decide_job(obj, **common, stamp=stamp(), owner_stamp=owner_stamp)
         # A MiniCluster's Job is not a new gang: its MiniCluster was checked and counted when
         # created.
-        if decision.managed and (queue := decision.queue) is not None and not owned_by_minicluster:
-            decision = _screen(
-                state,
-                decision,
-                queue,
-                partial(job_gang, obj, namespace, queue),
-                "the Job's spec.parallelism (or muster.dev/min-members)",
-            )
-            _admit_gang(state, "Job", namespace, name, queue, dry_run)
-        return decision
-    if path == MINICLUSTER_PATH:
+        if owned_by_minicluster:
+            return decision
+    elif path == MINICLUSTER_PATH:
+        kind = MINICLUSTER
         decision = decide_minicluster(obj, **common, stamp=stamp())
-        if decision.managed and (queue := decision.queue) is not None:
-            labels = decision.patch["spec"]["jobLabels"]
-            decision = _screen(
-                state,
-                decision,
-                queue,
-                partial(minicluster_gang, obj, namespace, queue, labels),
-                "the MiniCluster's spec.size (or spec.minSize, muster.dev/min-members)",
-            )
-            _admit_gang(state, "MiniCluster", namespace, name, queue, dry_run)
-        return decision
-    return None
+    else:
+        return None
+    if decision.managed and (queue := decision.queue) is not None:
+        decision = _screen(
+            state,
+            decision,
+            queue,
+            partial(gang_at_create, kind, obj, namespace, decision.patch),
+            kind.size_fields,
+        )
+        _admit_gang(state, kind.name, namespace, name, queue, dry_run)
+    return decision
 
 
 def _screen(
@@ -213,7 +209,7 @@ def _screen(
 
 def _admit_gang(
     state: WebhookState,
-    kind: Literal["Job", "MiniCluster"],
+    kind: KindName,
     namespace: str,
     name: str,
     queue: str,

@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from muster.bench import bench_main
 from policies.estimate import Estimate, RuntimeHistory, estimate
 from policies.model import Snapshot
 from simulator.engine import FAILED, FINISHED, PENDING, Engine, EngineConfig, GangRecord
@@ -302,13 +303,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="muster bench estimate",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return bench_main("muster bench estimate", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from muster.bench import bench_main
 from policies import (
     AdmittedGang,
     Gang,
@@ -272,9 +273,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="muster bench plan", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return bench_main("muster bench plan", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

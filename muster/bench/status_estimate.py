@@ -33,6 +33,7 @@ from admission.cache import Cache
 from admission.estimates import EstimateRefresher, refresh_now
 from admission.gangs import format_admitted, format_time
 from admission.status import StatusServer
+from muster.bench import bench_main
 from policies.submitted import format_stamp
 from policies.vocabulary import QUEUE, SUBMITTED
 
@@ -338,13 +339,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="muster bench status-estimate",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return bench_main("muster bench status-estimate", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

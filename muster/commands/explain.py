@@ -26,6 +26,7 @@ from muster.view import (
     open_view,
     parse_gang,
 )
+from policies import gangstate
 from policies.vocabulary import GANG, MIN_MEMBERS
 
 
@@ -210,7 +211,7 @@ def _changes_for_code(code: Any, q: str, edit: str, namespace: str, name: str) -
             "the gang it names gets room for all its pods, or the clog detector evicts it "
             "after its clog timeout; queues with nodeFit: true never hold like this"
         ]
-    if code == "BackingOff":
+    if code == gangstate.BACKING_OFF:
         return [
             "time: it is planned again at the requeue time; each eviction lengthens the wait "
             "(queue spec.backoff) and past backoff.limit evictions it is marked Failed",
@@ -245,10 +246,10 @@ def explain(
     where = f" (position {body['position']} in queue {queue})" if body.get("position") else ""
     pods = f"{body.get('ready', 0)} of at least {body.get('min')} pods ready"
     changes: list[str] = []
-    if state in ("Pending", "BackingOff") and reason:
+    if state in (gangstate.PENDING, gangstate.BACKING_OFF) and reason:
         summary = f"{gang} waits{where}: {reason.get('message')}"
         changes = changes_for(body, row, parent, holders)
-    elif state == "Pending" and body.get("admitNow") is not None:
+    elif state == gangstate.PENDING and body.get("admitNow") is not None:
         summary = (
             f"{gang} waits{where}, but nothing holds it back: the planner admits it now at "
             f"{body['admitNow']} pods"
@@ -257,10 +258,10 @@ def explain(
             "nothing: the controller admits it at its next cycle (within seconds); if it stays "
             "Pending, check that muster's controller runs (kubectl -n muster-system get pods)"
         ]
-    elif state == "Pending":
+    elif state == gangstate.PENDING:
         summary = f"{gang} waits{where}; the controller has not planned it yet"
         changes = ["nothing: the controller plans within seconds of a change; ask again"]
-    elif state == "Admitted":
+    elif state == gangstate.ADMITTED:
         summary = (
             f"{gang} is admitted ({body.get('admittedAt')}, {body.get('admittedSize')} pods) "
             f"and starting: {pods}, {body.get('podsWaiting', 0)} not scheduled yet"
@@ -271,11 +272,11 @@ def explain(
             "if fewer than its minimum are ready after its clog timeout, muster evicts it "
             "and requeues it with backoff",
         ]
-    elif state == "Running":
+    elif state == gangstate.RUNNING:
         summary = f"{gang} is running: {pods}; nothing holds it back"
-    elif state == "Finished":
+    elif state == gangstate.FINISHED:
         summary = f"{gang} has finished; it holds no quota"
-    elif state == "Failed":
+    elif state == gangstate.FAILED:
         summary = (
             f"{gang} failed: evicted {body.get('evictions')} times, past its queue's backoff "
             "limit; muster does not admit it again"
@@ -289,7 +290,7 @@ def explain(
         summary = f"{gang} is {state}"
     out["summary"] = summary
     out["changes"] = changes
-    expected = estimate_text(body) if state in ("Pending", "BackingOff") else None
+    expected = estimate_text(body) if state in (gangstate.PENDING, gangstate.BACKING_OFF) else None
     if expected is not None:
         out["expectedStart"] = expected
         out["estimate"] = dict(body["estimate"])

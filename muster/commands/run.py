@@ -26,7 +26,6 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -34,6 +33,7 @@ from typing import Any, cast
 from admission import kubeapi
 from admission.credentials import Credentials, KubeconfigSource, kopf_login, source_for
 from admission.kubeapi import ApiError, KubeClient, KubeconfigError
+from admission.launcher import free_port, stop_process
 from admission.statusauth import StatusAuth, access_for
 from admission.streamwatch import StreamWatch
 from policies.vocabulary import QUEUE
@@ -196,12 +196,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  muster run --local --kubeconfig ~/.cache/muster/clusters/muster/kubeconfig\n"
         "  muster run --tls-cert /tls/tls.crt --tls-key /tls/tls.key --peering muster"
     )
-
-
-def _free_port(addr: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((addr, 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_for_tls(addr: str, port: int, timeout: float = 30) -> None:
@@ -423,25 +417,6 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def stop_child(
-    proc: subprocess.Popen[Any], timeout: float = 30, reader: threading.Thread | None = None
-) -> None:
-    """SIGTERM `proc` (a clean stop: it unregisters what it registered), SIGKILL after
-    `timeout` seconds; then close its output pipe, if it has one, once `reader` (a thread
-    reading that pipe, which ends at its EOF) is done with it."""
-    if proc.poll() is None:
-        proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    if reader is not None:
-        reader.join(timeout=10)
-    if proc.stdout is not None:
-        proc.stdout.close()
-
-
 def _run_split(args: argparse.Namespace, credentials: Credentials) -> int:
     """The webhook in a child process, the controller in this one.
 
@@ -450,13 +425,13 @@ def _run_split(args: argparse.Namespace, credentials: Credentials) -> int:
     dies with this process (SIGKILL from the kernel when this one dies abnormally), and this
     process stops when the child stops, so a supervisor sees one unit.
     """
-    port = args.webhook_port or _free_port(args.webhook_addr)
+    port = args.webhook_port or free_port(args.webhook_addr)
     child = subprocess.Popen(_webhook_child_argv(args, port), preexec_fn=_die_with_parent)
     controller_args = argparse.Namespace(**{**vars(args), "no_webhook": True})
     try:
         code = _run_one(controller_args, credentials, webhook_child=child)
     finally:
-        stop_child(child)
+        stop_process(child)
     if child.returncode not in (0, -signal.SIGTERM) and code == 0:
         print(f"muster run: the webhook process exited with {child.returncode}", file=sys.stderr)
         return 1
@@ -504,7 +479,7 @@ def _run_one(
         manage_jobs_without_queue_name=args.manage_jobs_without_queue_name,
         default_queue=args.default_queue,
     )
-    port = args.webhook_port or _free_port(args.webhook_addr)
+    port = args.webhook_port or free_port(args.webhook_addr)
     tmp = tempfile.TemporaryDirectory(prefix="muster-webhook-")
     certfile, keyfile, ca_bundle = _webhook_tls(args, Path(tmp.name)) if webhook else ("", "", b"")
     client = KubeClient(credentials)

@@ -9,10 +9,16 @@ that Job, and the controller reads them there with `policies.kinds.fields` like 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, Literal
 
-from policies.kinds.fields import FieldError, GangFields, parse_min_members, read_gang_fields
-from policies.vocabulary import MIN_MEMBERS, QUEUE
+from policies.kinds.fields import (
+    FieldError,
+    GangFields,
+    parse_min_members,
+    queue_of,
+    read_gang_fields,
+)
+from policies.vocabulary import GANG_KIND, MIN_MEMBERS, QUEUE
 
 APP_NAME_LABEL: Final = "app.kubernetes.io/name"
 HOSTNAME: Final = "kubernetes.io/hostname"
@@ -44,6 +50,40 @@ def minicluster_job_labels(queue: str, fields: GangFields) -> dict[str, str]:
     labels = {QUEUE: queue, MIN_MEMBERS: str(fields.minimum)}
     labels.update(fields.present)
     return labels
+
+
+class MiniClusterKind:
+    """A Flux Operator MiniCluster: a gang through the Job its operator makes
+    (`policies.kinds.kind.Kind`)."""
+
+    name: Final[Literal["MiniCluster"]] = "MiniCluster"
+    size_fields: Final = "the MiniCluster's spec.size (or spec.minSize, muster.dev/min-members)"
+    spreads: Final = True
+    """The operator asks for one Flux broker per node with a preferred anti-affinity on every
+    MiniCluster (unless `spec.network.disableAffinity`), and the scheduler keeps to it when the
+    nodes are free, which is when muster admits the gang."""
+
+    def queue(self, obj: Mapping[str, Any]) -> str:
+        return queue_of((obj.get("metadata") or {}).get("labels") or {})
+
+    def gang_fields(self, obj: Mapping[str, Any]) -> tuple[int, GangFields]:
+        meta = obj.get("metadata") or {}
+        return minicluster_fields(
+            obj.get("spec") or {}, meta.get("labels") or {}, meta.get("annotations") or {}
+        )
+
+    def gang_job(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """The operator's Job (`minicluster_job`, carrying `spec.jobLabels`) as the webhook
+        stamps it (`muster.dev/gang-kind: MiniCluster`). A MiniCluster not named yet
+        (generateName) lends its Job that prefix."""
+        meta = dict(obj.get("metadata") or {})
+        meta.setdefault("name", meta.get("generateName") or "minicluster")
+        job = minicluster_job({**obj, "metadata": meta})
+        job["metadata"]["annotations"] = {GANG_KIND: self.name}
+        return job
+
+
+MINICLUSTER: Final = MiniClusterKind()
 
 
 def minicluster_job(minicluster: Mapping[str, Any]) -> dict[str, Any]:

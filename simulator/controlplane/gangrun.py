@@ -25,7 +25,7 @@ from typing import Any
 from admission import kubeapi
 from admission.kubeapi import ApiError, KubeClient
 from policies.durations import DurationError, parse_duration
-from policies.kinds import FieldError, job_gang_size, read_gang_fields
+from policies.kinds import JOB, FieldError, job_gang_size
 from policies.vocabulary import COMPLETE_AT, GANG, GANG_RUNTIME
 
 JOB_NAME = "batch.kubernetes.io/job-name"
@@ -218,14 +218,10 @@ class GangRunner:
                     if exc.status != 404:
                         self.errors.append(exc.message)
                     return None
-            meta = body.get("metadata") or {}
-            size = max(job_gang_size(body.get("spec") or {}), 1)
             try:  # the gang's minimum as the controller reads it (policies.kinds)
-                minimum = read_gang_fields(
-                    meta.get("labels") or {}, meta.get("annotations") or {}, size
-                ).minimum
+                minimum = JOB.gang_fields(body)[1].minimum
             except FieldError:
-                minimum = size
+                minimum = max(job_gang_size(body.get("spec") or {}), 1)
             self._minimum[ref] = minimum
         return self._minimum[ref]
 

@@ -13,9 +13,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from admission.gangs import parse_admitted, parse_time
+from admission.gangs import parse_admitted
 from admission.kubeapi import ApiError, KubeClient
 from policies import Resources
+from policies.phase import parse_time
 from policies.submitted import parse_stamp
 from policies.vocabulary import CLOG_TIMEOUT, EVICTED_REASON, SUBMITTED
 from simulator.controlplane.cluster import FAKE_NODE_TAINT, NODE_GROUP_LABEL

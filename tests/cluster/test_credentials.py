@@ -31,6 +31,7 @@ import yaml
 
 from admission.credentials import Credentials, InClusterSource, KubeconfigSource
 from admission.kubeapi import ApiError, KubeClient
+from admission.launcher import free_port
 from simulator.controlplane.minicluster import apply_crd
 from tests.cluster.test_cli import muster_cli
 from tests.conftest import REPO, MusterProcess, start_muster
@@ -365,12 +366,6 @@ def one_line_error(done: Any) -> str:
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     return str(done.stderr.strip())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_what_admins_get_wrong_first_is_one_line_naming_the_cause(

@@ -33,6 +33,7 @@ import pytest
 import yaml
 
 from admission.kubeapi import ApiError, KubeClient
+from admission.launcher import free_port
 from muster.commands.certs import SECRET_NAME, service_hosts
 from policies.vocabulary import ADMITTED, QUEUE, SUBMITTED
 from simulator.controlplane.build import Binaries
@@ -635,12 +636,6 @@ def service_account_kubeconfig(kube: KubeClient, kubeconfig: Path, where: Path) 
         )
     )
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def serves_tls(port: int) -> bool:

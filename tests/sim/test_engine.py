@@ -80,7 +80,11 @@ def test_quota_only_queue_clogs_and_is_evicted_with_backoff() -> None:
     big = next(r for r in result.gangs if r.group == "big")
     assert big.state == FAILED
     assert big.evictions == 3 and big.clogs == 3
-    assert big.reason.startswith("BackoffLimitExceeded")
+    # The controller's words (policies.lifecycle.Eviction.message).
+    assert big.reason == (
+        "evicted (Clogged): 3 of at least 4 pods ready after 1m (clog timeout 1m); "
+        "2 evictions before: failed"
+    )
     evictions = [i.time for i in result.incidents if i.kind == "evict"]
     # Admitted at 1 s, clogged at 61 s, requeued after 10 s, 20 s: exponential backoff.
     assert evictions == [61.0, 131.0]

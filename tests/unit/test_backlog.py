@@ -106,6 +106,18 @@ def test_unmanaged_job_is_not_counted() -> None:
     assert backlog.pending("prod") == 0
 
 
+def test_the_queue_is_the_label_as_the_controller_reads_it() -> None:
+    # The one queue reader (policies.kinds): the label, not an annotation that says otherwise.
+    backlog = Backlog(Clock())
+    job = stored_job("a")
+    job["metadata"]["annotations"]["muster.dev/queue"] = "dev"
+    backlog.observe_job("ADDED", job)
+    mc = stored_minicluster("m")
+    mc["metadata"]["annotations"]["muster.dev/queue"] = "dev"
+    backlog.observe_minicluster("ADDED", mc)
+    assert backlog.pending("prod") == 2 and backlog.pending("dev") == 0
+
+
 def test_a_minicluster_and_its_job_are_one_gang() -> None:
     backlog = Backlog(Clock())
     backlog.observe_minicluster("ADDED", stored_minicluster("mc"))

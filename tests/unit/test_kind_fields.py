@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from admission.gangs import JobRecord, job_record
+from policies.kinds import JOB, KINDS, MINICLUSTER, Kind, kind_named
 from policies.kinds.fields import pointer
 from webhook.decision import (
     AdmissionRejected,
@@ -222,6 +223,40 @@ def test_a_minicluster_min_size_is_its_minimum_unless_min_members_says_otherwise
     mc["metadata"]["annotations"] = {"muster.dev/min-members": "2"}
     decision = decide_mc(mc)
     assert decision.patch["spec"]["jobLabels"]["muster.dev/min-members"] == "2"
+
+
+def test_a_job_of_no_members_is_refused_and_waits_with_the_same_words() -> None:
+    body = indexed_job("empty", {"muster.dev/queue": "gpu"}, {"muster.dev/submitted": STAMP})
+    body["spec"]["parallelism"] = 0
+    with pytest.raises(AdmissionRejected) as refused:
+        through_webhook_job(copy.deepcopy(body))
+    assert "the gang has 0 members" in str(refused.value)
+    assert job_record(stored(body)).parse_error == str(refused.value)
+
+
+@pytest.mark.parametrize("kind", [JOB, MINICLUSTER])
+def test_each_kind_is_named_by_its_gang_kind_annotation(kind: Kind) -> None:
+    assert KINDS[kind.name] is kind_named(kind.name) is kind
+    assert kind_named(None) is JOB and kind_named("Unknown") is JOB
+
+
+def test_a_minicluster_gang_is_read_from_the_job_its_operator_makes() -> None:
+    mc: dict[str, Any] = {
+        "apiVersion": "flux-framework.org/v1alpha2",
+        "kind": "MiniCluster",
+        "metadata": {"generateName": "flux-", "namespace": "team-a"},
+        "spec": {"size": SIZE, "jobLabels": {"muster.dev/queue": "gpu", "team": "a"}},
+    }
+    assert MINICLUSTER.queue(mc) == "" and MINICLUSTER.gang_fields(mc)[0] == SIZE
+    job = MINICLUSTER.gang_job(mc)
+    assert job["metadata"]["name"] == "flux-"
+    assert job["metadata"]["labels"] == {"muster.dev/queue": "gpu", "team": "a"}
+    assert job["metadata"]["annotations"] == {"muster.dev/gang-kind": "MiniCluster"}
+    gang = job_record(job).gang
+    # The operator's preferred one-broker-per-node anti-affinity counts for a MiniCluster only.
+    assert gang.kind == "MiniCluster" and gang.one_pod_per_node and gang.queue == "gpu"
+    del job["metadata"]["annotations"]
+    assert not job_record(job).gang.one_pod_per_node
 
 
 def test_a_pointer_escapes_slashes_and_tildes_once() -> None:

@@ -28,8 +28,11 @@ def test_a_gangs_own_clog_timeout_wins_over_its_queues() -> None:
 
 def test_a_gang_that_never_reaches_its_minimum_clogs_after_the_timeout() -> None:
     start = Progress()
-    kept = check_clog(start, admitted_at=0.0, ready=1, minimum=4, timeout=60.0, now=60.0)
+    kept = check_clog(start, admitted_at=0.0, ready=1, minimum=4, timeout=60.0, now=59.5)
     assert kept.evict is None and kept.progress == start
+    # At the timeout itself: the instant the in-process engine checks.
+    at = check_clog(start, admitted_at=0.5, ready=1, minimum=4, timeout=60.0, now=60.5)
+    assert at.evict == "Clogged"
     clogged = check_clog(start, admitted_at=0.0, ready=1, minimum=4, timeout=60.0, now=61.0)
     assert clogged.evict == "Clogged"
     assert clogged.why == "1 of at least 4 pods ready after 1m1s (clog timeout 1m)"
