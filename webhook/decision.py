@@ -14,11 +14,12 @@ from typing import Any, Final
 
 from policies.kinds import (
     FieldError,
+    checked_job_gang_size,
     job_fields,
-    job_gang_size,
     minicluster_fields,
     minicluster_job_labels,
     queue_of,
+    refuse_controller_annotations,
 )
 from policies.vocabulary import GANG, GANG_KIND, QUEUE, SUBMITTED
 
@@ -130,19 +131,15 @@ def decide_job(
     if queue is None:
         return Decision(managed=False)
 
-    size = job_gang_size(spec)
-    if size < 1:
-        raise AdmissionRejected(
-            "spec.parallelism: the gang has 0 members; muster admits whole gangs, so set "
-            "spec.parallelism (and spec.completions) to at least 1"
-        )
+    from_minicluster = is_minicluster_ref(owner)
     try:
+        size = checked_job_gang_size(spec)
+        refuse_controller_annotations(annotations, minicluster_owned=from_minicluster)
         job_fields(spec, labels, annotations, size)
     except FieldError as exc:
         raise AdmissionRejected(str(exc)) from None
 
     name = meta.get("name") or ""
-    from_minicluster = is_minicluster_ref(owner)
     gang = owner["name"] if from_minicluster and owner else name
     new_annotations = {QUEUE: queue, SUBMITTED: owner_stamp or stamp}
     if from_minicluster:

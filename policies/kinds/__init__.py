@@ -13,12 +13,19 @@ every field through both). Pure: plain dicts in, values or `FieldError` out.
 """
 
 from policies.kinds.fields import FieldError, GangFields, queue_of, read_gang_fields
-from policies.kinds.job import job_fields, job_gang_size, job_size_of
+from policies.kinds.job import (
+    checked_job_gang_size,
+    job_fields,
+    job_gang_size,
+    job_size_of,
+    refuse_controller_annotations,
+)
 from policies.kinds.minicluster import minicluster_fields, minicluster_job_labels
 
 __all__ = [
     "FieldError",
     "GangFields",
+    "checked_job_gang_size",
     "job_fields",
     "job_gang_size",
     "job_size_of",
@@ -26,4 +33,5 @@ __all__ = [
     "minicluster_job_labels",
     "queue_of",
     "read_gang_fields",
+    "refuse_controller_annotations",
 ]
