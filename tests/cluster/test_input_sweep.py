@@ -119,8 +119,9 @@ def assert_refusal_names_a_pick(error: ApiError, picks: list[Pick]) -> None:
     do when muster wrote the message."""
     message = error.message
     assert 400 <= error.status < 500, (error.status, message)
-    # The apiserver names the field of a value over a maxLength, but not the value itself.
-    quoted = "Too long:" not in message
+    # The apiserver names the field of a value over a maxLength or of the wrong type (and
+    # the type it wants), but not the value itself.
+    quoted = "Too long:" not in message and "must be of type" not in message
     doubtful = [p for p in picks if not p.valid]
     assert doubtful, f"a plainly valid object was refused: {picks}: {message}"
     named = [
@@ -186,6 +187,7 @@ QUANTITIES_DOUBTFUL = ["-5", -1, "lots", "", "1e400", "9" * 40, "1.5.5", "-0.1",
 DURATIONS_VALID = ["5m", "10s", "1h30m", "0s", "250ms", "2d"]
 DURATIONS_DOUBTFUL = ["soon", "-5m", "", "5 m", "1e3s", "5", "99999999999999999999h"]
 RESOURCES = ["cpu", "memory", "pods", "nvidia.com/gpu"]
+LENDING_RULE = "lendingLimit must not exceed nominal for any resource (and needs a nominal"
 
 
 def values_for(schema: Mapping[str, Any], where: str) -> st.SearchStrategy[tuple[Any, Pick]]:
@@ -207,7 +209,7 @@ def values_for(schema: Mapping[str, Any], where: str) -> st.SearchStrategy[tuple
     if kind == "string":
         return st.sampled_from(["", "x", "a-b", "no-such-queue"]).map(lambda v: pick(v, False))
     if kind == "number":
-        return st.sampled_from([1, 2.5, 0.1, 1.0]).map(lambda v: pick(v, True)) | st.sampled_from(
+        return st.sampled_from([1, 0.5, 0.1, 1.0]).map(lambda v: pick(v, True)) | st.sampled_from(
             [0, -1, 1e308, "1", True]
         ).map(lambda v: pick(v, False))
     if kind == "integer":
@@ -228,7 +230,7 @@ def values_for(schema: Mapping[str, Any], where: str) -> st.SearchStrategy[tuple
         return resources(where)
     if kind == "object" and "properties" in schema:
         return objects(schema, where)
-    if kind == "array":
+    if kind == "array":  # matchExpressions: a refusal names the operator
         return st.sampled_from([[], [{"key": "team", "operator": "In", "values": ["a"]}]]).map(
             lambda v: pick(v, True)
         ) | st.sampled_from(
@@ -236,7 +238,7 @@ def values_for(schema: Mapping[str, Any], where: str) -> st.SearchStrategy[tuple
                 [{"key": "team", "operator": "In"}],
                 [{"key": "team", "operator": "Exists", "values": ["a"]}],
             ]
-        ).map(lambda v: pick(v, False))
+        ).map(lambda v: (v, Pick(where, v[0]["operator"], False)))
     raise AssertionError(f"no strategy for {where}: {schema}")
 
 
@@ -302,6 +304,8 @@ def test_queue_specs_from_the_crd_schema(
     @example(({"nominal": {"cpu": "-5"}}, Pick("spec.nominal|nominal", "-5", False)))
     @example(({"parent": "x"}, Pick("spec.parent", "x", False)))  # a cycle of one
     @example(({"backoff": {"base": "10m", "max": "1s"}}, Pick("spec.backoff", "1s", False)))
+    @example(({"lendingLimit": {"cpu": "1"}}, Pick("spec", {}, True)))  # no nominal to lend
+    @example(({"nominal": {"cpu": "1e400"}}, Pick("spec.nominal", "1e400", False)))
     def sweep(drawn: tuple[dict[str, Any], Pick]) -> None:
         spec, pick = drawn
         name = f"{namespace}-q{next(counter)}"
@@ -311,7 +315,11 @@ def test_queue_specs_from_the_crd_schema(
         got = create_or_refusal(kube, QUEUES, {**body, "spec": spec})
         if isinstance(got, ApiError):
             outcome.refused += 1
-            assert_refusal_names_a_pick(got, [pick])
+            if not ("lendingLimit" in spec and LENDING_RULE in got.message):
+                # (The one rule across two fields names both and what to do, not the amounts:
+                # a CEL message listing them costs more than the apiserver allows, resource
+                # names being of unbounded length.)
+                assert_refusal_names_a_pick(got, [pick])
             assert_nothing_stored(kube, f"{QUEUES}/{name}")
         else:
             outcome.stored.append(name)
