@@ -231,14 +231,14 @@ def values_for(schema: Mapping[str, Any], where: str) -> st.SearchStrategy[tuple
     if kind == "object" and "properties" in schema:
         return objects(schema, where)
     if kind == "array":  # matchExpressions: a refusal names the operator
-        return st.sampled_from([[], [{"key": "team", "operator": "In", "values": ["a"]}]]).map(
-            lambda v: pick(v, True)
-        ) | st.sampled_from(
-            [
-                [{"key": "team", "operator": "In"}],
-                [{"key": "team", "operator": "Exists", "values": ["a"]}],
-            ]
-        ).map(lambda v: (v, Pick(where, v[0]["operator"], False)))
+        fine: list[list[dict[str, Any]]] = [[], [{"key": "t", "operator": "In", "values": ["a"]}]]
+        wrong: list[list[dict[str, Any]]] = [
+            [{"key": "t", "operator": "In"}],
+            [{"key": "t", "operator": "Exists", "values": ["a"]}],
+        ]
+        return st.sampled_from(fine).map(lambda v: pick(v, True)) | st.sampled_from(wrong).map(
+            lambda v: (v, Pick(where, v[0]["operator"], False))
+        )
     raise AssertionError(f"no strategy for {where}: {schema}")
 
 
