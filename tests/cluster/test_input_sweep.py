@@ -385,6 +385,20 @@ class JobCase:
     picks: list[Pick]
 
 
+EVERY_FIELD: Mapping[str, str] = {
+    MIN_MEMBERS: "2",
+    PRIORITY: "5",
+    ELASTIC_AFTER: "30s",
+    CLOG_TIMEOUT: "5m",
+}
+ELASTIC_INDEXED: Mapping[str, Any] = {
+    "parallelism": 4,
+    "completions": 4,
+    "completionMode": "Indexed",
+    "activeDeadlineSeconds": 3600,
+}
+
+
 def job_case(
     *,
     labels: Mapping[str, str] | None = None,
@@ -407,7 +421,7 @@ def gang_fields(draw: st.DrawFn) -> tuple[dict[str, str], dict[str, str], list[P
     picks: list[Pick] = []
     for key in draw(st.lists(st.sampled_from(sorted(GANG_VALUES)), unique=True, max_size=3)):
         valid, doubtful = GANG_VALUES[key]
-        good = draw(st.booleans())
+        good = draw(st.integers(0, 3)) > 0  # mostly valid: most examples are then stored
         if good:
             value = draw(st.sampled_from(valid))
         else:
@@ -422,23 +436,23 @@ def gang_fields(draw: st.DrawFn) -> tuple[dict[str, str], dict[str, str], list[P
 @st.composite
 def job_cases(draw: st.DrawFn) -> JobCase:
     labels, annotations, picks = draw(gang_fields())
-    if draw(st.integers(0, 2)) == 0:
+    if draw(st.integers(0, 3)) == 0:
         key = draw(st.sampled_from(sorted(CONTROLLER_VALUES)))
         value = draw(st.sampled_from(CONTROLLER_VALUES[key]))
         annotations[key] = value
         picks.append(Pick(f"annotation {key}", value, False))
     spec: dict[str, Any] = {}
-    parallelism = draw(st.sampled_from([4, 4, 1, 8, 0, -1, 2**31 - 1, 100_001]))
+    parallelism = draw(st.sampled_from([4, 4, 4, 4, 1, 8, 0, -1, 2**31 - 1, 100_001]))
     spec["parallelism"] = parallelism
     picks.append(Pick("spec.parallelism", parallelism, 1 <= parallelism <= 8))
-    completions = draw(st.sampled_from(["same", "same", None, 2, 0, -1, 2**31 - 1]))
+    completions = draw(st.sampled_from(["same"] * 5 + [None, None, 2, 0, -1, 2**31 - 1]))
     spec["completions"] = parallelism if completions == "same" else completions
     picks.append(Pick("spec.completions", spec["completions"], completions in ("same", None)))
-    mode = draw(st.sampled_from([None, "Indexed", "NonIndexed", "Weird"]))
+    mode = draw(st.sampled_from([None, None, "Indexed", "Indexed", "NonIndexed", "Weird"]))
     if mode is not None:
         spec["completionMode"] = mode
         picks.append(Pick("spec.completionMode", mode, mode != "Weird"))
-    deadline = draw(st.sampled_from([None, None, 3600, 1, 0, -5, 2**62]))
+    deadline = draw(st.sampled_from([None] * 5 + [3600, 1, 0, -5, 2**62]))
     if deadline is not None:
         spec["activeDeadlineSeconds"] = deadline
         picks.append(Pick("spec.activeDeadlineSeconds", deadline, deadline in (3600, 1)))
@@ -526,6 +540,9 @@ def test_jobs_with_every_gang_field(
     @example(job_case(labels={PRIORITY: "-1"}))
     @example(job_case(spec={"parallelism": -1, "completions": 4}))
     @example(job_case(spec={"parallelism": 4, "completions": 4, "activeDeadlineSeconds": -5}))
+    @example(job_case(annotations=EVERY_FIELD, spec=ELASTIC_INDEXED))  # stored, elastic
+    @example(job_case(labels={MIN_MEMBERS: "4", PRIORITY: "1000000000", CLOG_TIMEOUT: "2h"}))
+    @example(job_case(spec={"parallelism": 2**31 - 1, "completionMode": "NonIndexed"}))
     def sweep(case: JobCase) -> None:
         name = f"j{next(counter)}"
         body = job_body(name, sweep_queue, case)
@@ -565,16 +582,16 @@ MINICLUSTER_SPEC: Mapping[str, Any] = {
 def minicluster_cases(draw: st.DrawFn) -> JobCase:
     labels, annotations, picks = draw(gang_fields())
     spec: dict[str, Any] = dict(MINICLUSTER_SPEC)
-    size = draw(st.sampled_from([4, 4, 1, 8, 0, -1, 2**31 - 1, 200_000, "4"]))
+    size = draw(st.sampled_from([4, 4, 4, 4, 1, 8, 0, -1, 2**31 - 1, 200_000, "4"]))
     spec["size"] = size
     picks.append(Pick("spec.size", size, size in (1, 4, 8)))
-    min_size = draw(st.sampled_from([None, None, 2, 4, 0, -1, 9, 2**31 - 1]))
+    min_size = draw(st.sampled_from([None] * 4 + [2, 4, 0, -1, 9, 2**31 - 1]))
     if min_size is not None:
         spec["minSize"] = min_size
         picks.append(
             Pick("spec.minSize", min_size, isinstance(size, int) and 1 <= min_size <= size)
         )
-    deadline = draw(st.sampled_from([None, None, 3600, 1, 0, -5, 2**62]))
+    deadline = draw(st.sampled_from([None] * 5 + [3600, 1, 0, -5, 2**62]))
     if deadline is not None:
         spec["deadlineSeconds"] = deadline
         picks.append(Pick("spec.deadlineSeconds", deadline, deadline in (3600, 1)))
@@ -604,6 +621,9 @@ def test_miniclusters_with_every_gang_field(
     @example(job_case(spec={**MINICLUSTER_SPEC, "size": -1}))
     @example(job_case(spec={**MINICLUSTER_SPEC, "size": 4, "deadlineSeconds": -5}))
     @example(job_case(spec={**MINICLUSTER_SPEC, "size": 4, "minSize": 9}))
+    @example(job_case(annotations=EVERY_FIELD, spec={**MINICLUSTER_SPEC, "size": 4}))
+    @example(job_case(labels=EVERY_FIELD, spec={**MINICLUSTER_SPEC, "size": 8, "minSize": 4}))
+    @example(job_case(spec={**MINICLUSTER_SPEC, "size": 100_000, "deadlineSeconds": 2**62}))
     def sweep(case: JobCase) -> None:
         name = f"m{next(counter)}"
         body: dict[str, Any] = {
