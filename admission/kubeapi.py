@@ -50,6 +50,8 @@ __all__ = [
 
 JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
+TABLE: Final = "application/json;as=Table;g=meta.k8s.io;v=v1"
+"""A list as `kubectl get` prints it: the CRD's additionalPrinterColumns, one row per object."""
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
 
 
@@ -229,11 +231,13 @@ class KubeClient:
         *,
         content_type: str = JSON,
         params: Mapping[str, str] | None = None,
+        accept: str = JSON,
     ) -> dict[str, Any]:
-        """Send one request; return the decoded JSON body, or raise ApiError on non-2xx."""
+        """Send one request; return the decoded JSON body, or raise ApiError on non-2xx.
+        `accept`: the representation asked for (e.g. kubectl's Table: `TABLE`)."""
         target = f"{path}?{urlencode(params)}" if params else path
         payload = None if body is None else json.dumps(body).encode()
-        headers = {"Accept": JSON, "User-Agent": self.user_agent}
+        headers = {"Accept": accept, "User-Agent": self.user_agent}
         if payload is not None:
             headers["Content-Type"] = content_type
         credentials = self.credentials

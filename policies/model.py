@@ -51,7 +51,7 @@ def parse_priority(value: object, where: str) -> int:
     fix = f"set it to a whole number from 0 to {PRIORITY_MAX} (higher goes first)"
     text = value.strip() if isinstance(value, str) else value
     if isinstance(text, bool) or not (
-        isinstance(text, int) or (isinstance(text, str) and text.lstrip("-").isdigit())
+        isinstance(text, int) or (isinstance(text, str) and is_digits(text.lstrip("-")))
     ):
         raise PolicyError(f"{where}: {value!r} is not an integer; {fix}")
     priority = int(text)
@@ -574,3 +574,9 @@ class Snapshot:
 
     def __hash__(self) -> int:
         return id(self)
+
+
+def is_digits(text: str) -> bool:
+    """ASCII digits only: `str.isdigit` also takes superscripts, which `int` refuses, and other
+    scripts' digits, which no label value can carry on to a MiniCluster's Job."""
+    return text.isascii() and text.isdigit()

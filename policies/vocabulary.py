@@ -59,3 +59,21 @@ COMPLETE_AT: Final = "muster.dev/complete-at"
 """Pod annotation (RFC3339) written by the kwok gang runner; kwok completes the pod then."""
 RUNTIME: Final = "muster.dev/runtime"
 """Pod annotation read by kwok Stages in tests and simulation: how long a pod runs."""
+
+CONTROLLER_WRITTEN: Final = (
+    ADMITTED,
+    PLACEMENT,
+    RESTORE,
+    EVICTIONS,
+    REQUEUE_AT,
+    EVICTED_REASON,
+    PREEMPTIONS,
+    PREEMPTED_BY,
+    STATE,
+    FAILED_REASON,
+)
+"""Annotations only muster's controller writes (admission, eviction, preemption, failure). A new
+Job that carries one (a copy of another Job's stored manifest) is refused at create: the
+controller would take it for admitted, evicted or failed."""
+MAX_INDEXED_PODS: Final = 100_000
+"""Kubernetes' bound on an Indexed Job's parallelism (and so on a MiniCluster's size)."""

@@ -12,7 +12,13 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from policies.kinds import JOB, MINICLUSTER, FieldError, minicluster_job_labels
+from policies.kinds import (
+    JOB,
+    MINICLUSTER,
+    FieldError,
+    minicluster_job_labels,
+    refuse_controller_annotations,
+)
 from policies.vocabulary import GANG, GANG_KIND, QUEUE, SUBMITTED
 
 MINICLUSTER_GROUP: Final = "flux-framework.org"
@@ -122,13 +128,16 @@ def decide_job(
     )
     if queue is None:
         return Decision(managed=False)
+    from_minicluster = is_minicluster_ref(owner)
     try:
         JOB.gang_fields(job)
+        refuse_controller_annotations(
+            meta.get("annotations") or {}, minicluster_owned=from_minicluster
+        )
     except FieldError as exc:
         raise AdmissionRejected(str(exc)) from None
 
     name = meta.get("name") or ""
-    from_minicluster = is_minicluster_ref(owner)
     gang = owner["name"] if from_minicluster and owner else name
     new_annotations = {QUEUE: queue, SUBMITTED: owner_stamp or stamp}
     if from_minicluster:

@@ -14,10 +14,14 @@ Two ways to serve the reviews, both calling the same pure decision (`webhook.dec
 - `register_kopf_mutate` (`--webhook-server kopf`): kopf's `@kopf.on.mutate` handlers on
   `kopf.WebhookServer`. kopf diffs a deep copy of the whole object to build its patch, which
   measured about twice the per-review CPU (docs/benchmarks.md), hence not the default.
+
+Both serve TLS 1.2 or newer and reload a renewed certificate in place
+(`webhook.tls.ServingCertificate`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -33,6 +37,7 @@ from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
 from webhook.decision import AdmissionRejected, WebhookSettings
 from webhook.review import WebhookState, decide
 from webhook.server import WebhookServer
+from webhook.tls import ServingCertificate
 
 logger = logging.getLogger("muster.webhook")
 
@@ -88,19 +93,52 @@ def register(registry: kopf.OperatorRegistry, server: WebhookServer) -> None:
     register_watches(registry, server.state)
 
 
+def kopf_server(addr: str, port: int, certificate: ServingCertificate) -> kopf.WebhookServer:
+    """kopf's webhook server on muster's TLS: the certificate's context (TLS >= 1.2), which
+    `certificate.watch` reloads in place. kopf also loads the files into that context at start;
+    its own look for changed files, which restarts the listener (refusing reviews meanwhile),
+    is left asleep."""
+    return kopf.WebhookServer(
+        addr=addr,
+        port=port,
+        context=certificate.context,
+        certfile=str(certificate.certfile),
+        pkeyfile=str(certificate.keyfile),
+        file_check_interval=_NEVER,
+    )
+
+
+_NEVER = 365 * 24 * 3600.0
+
+
 def register_kopf_mutate(
     registry: kopf.OperatorRegistry,
     state: WebhookState,
     settings: WebhookSettings,
     clock: SubmissionClock,
+    server: tuple[str, int, ServingCertificate],
 ) -> None:
-    """Register `@kopf.on.mutate` handlers for Job and MiniCluster CREATE, and the watches.
+    """Register `@kopf.on.mutate` handlers for Job and MiniCluster CREATE, the watches, and kopf's
+    server (`kopf_server` on `server`: address, port, certificate) with the certificate's reload.
 
     The handler ids are the URL paths the MutatingWebhookConfiguration names (kopf serves each
-    handler at `/<id>`), so the configuration muster writes fits either server. The caller sets
-    `settings.admission.server` (a `kopf.WebhookServer` with muster's certificate) and
-    `settings.admission.managed = None`: muster, not kopf, owns the configuration.
+    handler at `/<id>`), so the configuration muster writes fits either server. muster, not
+    kopf, owns the configuration (`settings.admission.managed = None`).
     """
+    addr, port, certificate = server
+    reloads: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(registry=registry)
+    async def serve_with_muster_tls(**kwargs: Any) -> None:
+        operator: kopf.OperatorSettings = kwargs["settings"]
+        operator.admission.server = kopf_server(addr, port, certificate)
+        operator.admission.managed = None
+        reloads.append(asyncio.get_running_loop().create_task(certificate.watch()))
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_reloading(**_: Any) -> None:
+        for task in reloads:
+            task.cancel()
 
     def mutate(path: str) -> Any:
         def handler(

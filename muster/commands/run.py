@@ -5,10 +5,11 @@ puts both in one; `--no-controller` / `--no-webhook` run one of them). The webho
 `webhook.server` in its kopf event loop (`--webhook-server kopf`: by kopf's `@kopf.on.mutate`
 handlers on `kopf.WebhookServer` instead); kopf's watches keep the webhook's view of namespaces,
 Queues and MiniClusters current. `--local` serves it on loopback
-with a fresh self-signed CA and writes the MutatingWebhookConfiguration (url + caBundle) itself
-once the server accepts connections; it removes that configuration again on a clean exit. In a
-cluster, the static manifests carry the configuration and the certificate comes from a Secret
-(`--tls-cert`, `--tls-key`).
+with a fresh self-signed CA (or `--tls-cert`/`--tls-key` signed by `--tls-ca`) and writes the
+MutatingWebhookConfiguration (url + caBundle) itself once the server accepts connections; it
+removes that configuration again on a clean exit. In a cluster, the static manifests carry the
+configuration and the certificate comes from a Secret (`--tls-cert`, `--tls-key`). Either way
+the webhook serves TLS 1.2 or newer and reloads a renewed certificate without a restart.
 """
 
 from __future__ import annotations
@@ -79,8 +80,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="lean: muster's aiohttp endpoint (default, about half the CPU per review); "
         "kopf: kopf's @kopf.on.mutate handlers. Both call the same pure decision",
     )
-    parser.add_argument("--tls-cert", help="serving certificate (in-cluster installs)")
+    parser.add_argument(
+        "--tls-cert",
+        help="serving certificate (in-cluster installs); reloaded when the file changes",
+    )
     parser.add_argument("--tls-key", help="serving key (in-cluster installs)")
+    parser.add_argument(
+        "--tls-ca",
+        help="with --local and --tls-cert/--tls-key: the CA that signed them, registered as the "
+        "webhook configuration's caBundle (default with --local: a fresh CA and certificate)",
+    )
     parser.add_argument(
         "--manage-jobs-without-queue-name",
         action="store_true",
@@ -390,6 +399,7 @@ def _webhook_child_argv(args: argparse.Namespace, port: int) -> list[str]:
         ("--context", args.context),
         ("--tls-cert", args.tls_cert),
         ("--tls-key", args.tls_key),
+        ("--tls-ca", args.tls_ca),
     ):
         if value:
             argv += [flag, str(value)]
@@ -455,6 +465,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.local and not args.no_webhook and not (args.tls_cert and args.tls_key):
         print("muster run: give --tls-cert and --tls-key (in-cluster), or --local", file=sys.stderr)
         return 2
+    tls_given = [bool(value) for value in (args.tls_cert, args.tls_key, args.tls_ca)]
+    if args.local and any(tls_given) and not all(tls_given):
+        print(
+            "muster run --local: give --tls-cert, --tls-key and --tls-ca together (the CA goes "
+            "into the webhook configuration's caBundle), or none of them for a fresh CA",
+            file=sys.stderr,
+        )
+        return 2
     try:
         credentials = Credentials.load(source)
     except KubeconfigError as exc:
@@ -500,7 +518,6 @@ def _run_one(
         logging.info("peering %s with priority %d", args.peering, priority)
 
     registry = kopf.OperatorRegistry()
-    kopf_webhook = webhook and args.webhook_server == "kopf"
     webhook_metrics = None
     if webhook:
         webhook_metrics = _register_webhook(
@@ -522,7 +539,7 @@ def _run_one(
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        _tune_kopf(settings, args, kopf_webhook, port, certfile, keyfile)
+        _tune_kopf(settings, args)
         await serving.start()
 
     kopf.on.cleanup(registry=registry)(serving.stop)
@@ -564,7 +581,12 @@ def _register_webhook(
     from webhook.server import WebhookServer
 
     if args.webhook_server == "kopf":
-        handlers.register_kopf_mutate(registry, state, settings, SubmissionClock())
+        from webhook.tls import ServingCertificate
+
+        # kopf serves the @kopf.on.mutate handlers with muster's certificate (kopf's own
+        # self-signed path needs oscrypto); muster writes the configuration, not kopf.
+        serving = (args.webhook_addr, port, ServingCertificate(*tls))
+        handlers.register_kopf_mutate(registry, state, settings, SubmissionClock(), serving)
     else:
         server = WebhookServer(
             addr=args.webhook_addr,
@@ -598,9 +620,12 @@ def _configure_logging(args: argparse.Namespace) -> None:
 
 def _webhook_tls(args: argparse.Namespace, where: Path) -> tuple[str, str, bytes]:
     """(certificate file, key file, CA bundle) the webhook serves with: made here for
-    `--local`, else the files given (the CA bundle is then the configuration's business)."""
+    `--local` (unless given with `--tls-ca`), else the files given (the CA bundle is then the
+    configuration's business)."""
     from webhook.tls import create_webhook_tls
 
+    if args.local and args.tls_ca:
+        return args.tls_cert, args.tls_key, Path(args.tls_ca).read_bytes()
     if args.local:
         tls = create_webhook_tls(where, [args.webhook_addr])
         return str(tls.cert), str(tls.key), tls.ca_bundle
@@ -671,14 +696,7 @@ def _register_controller(registry: Any, client: KubeClient, args: argparse.Names
     )
 
 
-def _tune_kopf(
-    settings: Any,
-    args: argparse.Namespace,
-    kopf_webhook: bool,
-    port: int,
-    certfile: str,
-    keyfile: str,
-) -> None:
+def _tune_kopf(settings: Any, args: argparse.Namespace) -> None:
     """kopf's settings for muster (`settings` is a kopf.OperatorSettings)."""
     import kopf
 
@@ -697,13 +715,6 @@ def _tune_kopf(
     # were most of the controller's peak memory (the controller's LIST pages too).
     settings.watching.chunk_size = 500
     settings.watching.server_timeout = 300
-    if kopf_webhook:
-        # kopf serves the @kopf.on.mutate handlers with muster's certificate (kopf's own
-        # self-signed path needs oscrypto); muster writes the configuration, not kopf.
-        settings.admission.server = kopf.WebhookServer(
-            addr=args.webhook_addr, port=port, certfile=certfile, pkeyfile=keyfile
-        )
-        settings.admission.managed = None
     if args.peering is not None:
         settings.peering.lifetime = args.peering_lifetime
         settings.peering.stealth = True

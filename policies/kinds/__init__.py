@@ -14,7 +14,14 @@ every field through both). Pure: plain dicts in, values or `FieldError` out.
 """
 
 from policies.kinds.fields import FieldError, GangFields, queue_of, read_gang_fields
-from policies.kinds.job import JOB, job_fields, job_gang_size, job_size_of
+from policies.kinds.job import (
+    JOB,
+    checked_job_gang_size,
+    job_fields,
+    job_gang_size,
+    job_size_of,
+    refuse_controller_annotations,
+)
 from policies.kinds.kind import KINDS, Kind, KindName, kind_named
 from policies.kinds.minicluster import MINICLUSTER, minicluster_fields, minicluster_job_labels
 
@@ -26,6 +33,7 @@ __all__ = [
     "GangFields",
     "Kind",
     "KindName",
+    "checked_job_gang_size",
     "job_fields",
     "job_gang_size",
     "job_size_of",
@@ -34,4 +42,5 @@ __all__ = [
     "minicluster_job_labels",
     "queue_of",
     "read_gang_fields",
+    "refuse_controller_annotations",
 ]

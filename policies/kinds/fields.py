@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from policies.durations import DurationError, parse_clog_timeout, parse_duration
-from policies.model import PolicyError, parse_priority
+from policies.model import PolicyError, is_digits, parse_priority
 from policies.vocabulary import CLOG_TIMEOUT, ELASTIC_AFTER, MIN_MEMBERS, PRIORITY, QUEUE
 
 
@@ -60,7 +60,7 @@ def parse_min_members(value: object, size: int, where: str) -> int:
     fix = f"set it to a whole number from 1 to {size}"
     text = value.strip() if isinstance(value, str) else value
     if isinstance(text, bool) or not (
-        isinstance(text, int) or (isinstance(text, str) and text.lstrip("-").isdigit())
+        isinstance(text, int) or (isinstance(text, str) and is_digits(text.lstrip("-")))
     ):
         raise FieldError(f"{where}: {value!r} is not an integer; {fix}")
     minimum = int(text)

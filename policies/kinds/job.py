@@ -13,7 +13,7 @@ from policies.kinds.fields import (
     queue_of,
     read_gang_fields,
 )
-from policies.vocabulary import MIN_MEMBERS
+from policies.vocabulary import CONTROLLER_WRITTEN, GANG_KIND, MIN_MEMBERS
 
 
 def job_size_of(parallelism: int | None, completions: int | None) -> int:
@@ -27,6 +27,38 @@ def job_size_of(parallelism: int | None, completions: int | None) -> int:
 def job_gang_size(spec: Mapping[str, Any]) -> int:
     """The gang size of a Job spec as the user wrote it."""
     return job_size_of(spec.get("parallelism"), spec.get("completions"))
+
+
+def checked_job_gang_size(spec: Mapping[str, Any]) -> int:
+    """`job_gang_size` of a new Job, at least 1; raises FieldError naming the field that makes
+    it smaller."""
+    size = job_gang_size(spec)
+    if size >= 1:
+        return size
+    parallelism, completions = spec.get("parallelism"), spec.get("completions")
+    where, value = (
+        ("spec.parallelism", parallelism)
+        if parallelism is not None and parallelism < 1
+        else ("spec.completions", completions)
+    )
+    raise FieldError(
+        f"{where}: {value} gives the gang no members; muster admits whole gangs, so set "
+        "spec.parallelism (and spec.completions) to at least 1"
+    )
+
+
+def refuse_controller_annotations(
+    annotations: Mapping[str, str], *, minicluster_owned: bool
+) -> None:
+    """Raise FieldError for a new Job that carries an annotation only muster writes: one of
+    `CONTROLLER_WRITTEN`, or `muster.dev/gang-kind` on a Job no MiniCluster owns."""
+    for key in (*CONTROLLER_WRITTEN, *(() if minicluster_owned else (GANG_KIND,))):
+        if key in annotations:
+            raise FieldError(
+                f"annotation {key}: {annotations[key]!r} is written by muster, not by users "
+                "(it marks a gang admitted, evicted or failed); remove it from the new Job "
+                "(a copy of a stored Job's manifest carries it)"
+            )
 
 
 def job_fields(
@@ -60,12 +92,7 @@ class JobKind:
         refused: muster admits whole gangs."""
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
-        size = job_gang_size(spec)
-        if size < 1:
-            raise FieldError(
-                "spec.parallelism: the gang has 0 members; muster admits whole gangs, so set "
-                "spec.parallelism (and spec.completions) to at least 1"
-            )
+        size = checked_job_gang_size(spec)
         fields = job_fields(spec, meta.get("labels") or {}, meta.get("annotations") or {}, size)
         return size, fields
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
+from policies.durations import DurationError, parse_runtime_limit
 from policies.kinds.fields import (
     FieldError,
     GangFields,
@@ -18,7 +19,7 @@ from policies.kinds.fields import (
     queue_of,
     read_gang_fields,
 )
-from policies.vocabulary import GANG_KIND, MIN_MEMBERS, QUEUE
+from policies.vocabulary import GANG_KIND, MAX_INDEXED_PODS, MIN_MEMBERS, QUEUE
 
 APP_NAME_LABEL: Final = "app.kubernetes.io/name"
 HOSTNAME: Final = "kubernetes.io/hostname"
@@ -30,15 +31,29 @@ def _size(spec: Mapping[str, Any]) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise FieldError(f"spec.size: {value!r} is not an integer; set it to the number of pods")
     if value < 1:
-        raise FieldError("spec.size: the MiniCluster has 0 members; set spec.size to at least 1")
+        raise FieldError(
+            f"spec.size: {value} gives the MiniCluster no members; set spec.size to at least 1"
+        )
+    if value > MAX_INDEXED_PODS:
+        raise FieldError(
+            f"spec.size: {value} is more than the {MAX_INDEXED_PODS} pods Kubernetes allows the "
+            "MiniCluster's Indexed Job, so the operator could never create it; set spec.size to "
+            f"at most {MAX_INDEXED_PODS}"
+        )
     return value
 
 
 def minicluster_fields(
     spec: Mapping[str, Any], labels: Mapping[str, str], annotations: Mapping[str, str]
 ) -> tuple[int, GangFields]:
-    """(size, gang fields) of a MiniCluster. Raises FieldError."""
+    """(size, gang fields) of a MiniCluster. Raises FieldError, also for a `spec.deadlineSeconds`
+    the operator cannot copy to the Job's activeDeadlineSeconds (below 1 second)."""
     size = _size(spec)
+    if spec.get("deadlineSeconds") is not None:
+        try:
+            parse_runtime_limit(spec["deadlineSeconds"], "spec.deadlineSeconds")
+        except DurationError as exc:
+            raise FieldError(str(exc)) from None
     default_minimum = size
     if spec.get("minSize") is not None:
         default_minimum = parse_min_members(spec["minSize"], size, "spec.minSize")

@@ -24,8 +24,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crds")]
         ),
         (
             {"nominal": {"cpu": "4"}, "lendingLimit": {"memory": "1Gi"}},
-            "needs a nominal for each resource it names",
+            "needs a nominal for each resource it names): lend at most the nominal of each",
         ),
+        # muster reads an absent nominal as 0 (InvalidSpec); the CRD stored it.
+        ({"lendingLimit": {"cpu": "1"}}, "lendingLimit must not exceed nominal for any resource"),
         ({"nominal": {"cpu": "-5"}}, "nominal must not be negative: -5; give an amount"),
         (
             {"nominal": {"cpu": "4", "memory": -1}, "borrowingLimit": {"cpu": "-500m"}},

@@ -1,5 +1,6 @@
 """Each Queue's `Ready` condition, written by the controller: a cycle, a missing parent and the
-queues below them say so on the object, and a gang of such a queue is told why it waits."""
+queues below them say so on the object, and a gang of such a queue is told why it waits; the
+Ready and Reason columns of `kubectl get queues` show it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import KubeClient
+from admission.kubeapi import TABLE, KubeClient
 from tests.cluster.test_cli import muster_cli
 from tests.conftest import MusterProcess
 from tests.controller_helpers import (
@@ -86,4 +87,48 @@ def test_a_cycle_and_a_missing_parent_show_on_the_queues_and_in_the_gangs_reason
         assert ready(kube, ok) == active
     finally:
         for name in (d, a, b, c, ok):
+            delete_queue(kube, name)
+
+
+def printed(kube: KubeClient, names: list[str]) -> dict[str, dict[str, Any]]:
+    """The rows `kubectl get queues` prints for `names`: column name -> cell, as the apiserver
+    renders the CRD's additionalPrinterColumns (a Table)."""
+    table = kube.request("GET", QUEUES, accept=TABLE)
+    assert table["kind"] == "Table", table.get("kind")
+    columns = [c["name"] for c in table["columnDefinitions"]]
+    rows = {row["cells"][0]: dict(zip(columns, row["cells"], strict=True)) for row in table["rows"]}
+    return {name: rows[name] for name in names if name in rows}
+
+
+def test_kubectl_get_queues_shows_ready_and_reason(kube: KubeClient, muster: MusterProcess) -> None:
+    """The Ready and Reason columns (`kubectl get queues`) of the queues that are themselves on a
+    cycle, one whose parent is missing, specs the CRD lets through but muster cannot use
+    (backoff.max below backoff.base: a rule across two Go durations, which the CRD's schema does
+    not check; a queue that is its own parent), and an Active one."""
+    names = [f"table-{x}-{muster.proc.pid}" for x in ("a", "b", "self", "orphan", "bad", "ok")]
+    a, b, itself, orphan, bad, ok = names
+    create_queue(kube, a, {"parent": b})
+    create_queue(kube, b, {"parent": a})
+    create_queue(kube, itself, {"parent": itself})
+    create_queue(kube, orphan, {"parent": f"{orphan}-nope"})
+    create_queue(kube, bad, {"backoff": {"base": "10m", "max": "1s"}})
+    create_queue(kube, ok, {"nominal": {"cpu": "4"}})
+    expected = {
+        a: ("False", "ParentCycle"),
+        b: ("False", "ParentCycle"),
+        itself: ("False", "InvalidSpec"),
+        orphan: ("False", "ParentNotFound"),
+        bad: ("False", "InvalidSpec"),
+        ok: ("True", "Active"),
+    }
+    try:
+        for name, (status, reason) in expected.items():
+            wait_ready(kube, name, status, reason)
+        rows = printed(kube, names)
+        assert {n: (rows[n]["Ready"], rows[n]["Reason"]) for n in names} == expected
+        assert rows[itself]["Parent"] == itself
+        assert "backoff.max" in (ready(kube, bad) or {})["message"]
+        assert "names the queue itself" in (ready(kube, itself) or {})["message"]
+    finally:
+        for name in names:
             delete_queue(kube, name)

@@ -125,7 +125,7 @@ def test_namespace_default_queue_manages_unlabelled_jobs(kube: KubeClient, queue
             4,
             "muster.dev/clog-timeout: 'soon' is not a duration",
         ),
-        ({}, 0, "the gang has 0 members"),
+        ({}, 0, "spec.parallelism: 0 gives the gang no members"),
         ({"muster.dev/priority": "urgent"}, 4, "muster.dev/priority: 'urgent' is not an integer"),
         ({"muster.dev/elastic-after": "later"}, 4, "muster.dev/elastic-after: 'later' is not"),
     ],

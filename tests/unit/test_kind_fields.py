@@ -230,7 +230,7 @@ def test_a_job_of_no_members_is_refused_and_waits_with_the_same_words() -> None:
     body["spec"]["parallelism"] = 0
     with pytest.raises(AdmissionRejected) as refused:
         through_webhook_job(copy.deepcopy(body))
-    assert "the gang has 0 members" in str(refused.value)
+    assert "spec.parallelism: 0 gives the gang no members" in str(refused.value)
     assert job_record(stored(body)).parse_error == str(refused.value)
 
 

@@ -7,7 +7,14 @@ from typing import Any
 import pytest
 
 from policies.kinds import job_gang_size
-from policies.vocabulary import CLOG_TIMEOUT, ELASTIC_AFTER, PRIORITY
+from policies.vocabulary import (
+    CLOG_TIMEOUT,
+    CONTROLLER_WRITTEN,
+    ELASTIC_AFTER,
+    GANG_KIND,
+    MIN_MEMBERS,
+    PRIORITY,
+)
 from webhook.configuration import build_configuration
 from webhook.decision import (
     AdmissionRejected,
@@ -174,10 +181,28 @@ def test_good_priority_and_elastic_after_are_accepted_as_they_are() -> None:
 
 
 def test_zero_size_gang_is_rejected() -> None:
-    with pytest.raises(AdmissionRejected, match=r"spec.parallelism: the gang has 0 members"):
+    with pytest.raises(AdmissionRejected, match=r"spec.parallelism: 0 gives the gang no members"):
         decide(job(parallelism=0))
-    with pytest.raises(AdmissionRejected, match="0 members"):
+    with pytest.raises(AdmissionRejected, match=r"spec.completions: 0 gives the gang no members"):
         decide(job(parallelism=3, completions=0))
+    # The apiserver validates after the mutating webhooks: muster sees (and names) a negative.
+    with pytest.raises(AdmissionRejected, match=r"spec.parallelism: -1 gives the gang no"):
+        decide(job(parallelism=-1))
+
+
+@pytest.mark.parametrize("key", [*CONTROLLER_WRITTEN, GANG_KIND])
+def test_a_new_job_carrying_what_only_muster_writes_is_refused(key: str) -> None:
+    with pytest.raises(AdmissionRejected, match=rf"annotation {key}: 'x' is written by muster"):
+        decide(job(annotations={key: "x"}))
+
+
+def test_unicode_digits_are_not_numbers() -> None:
+    """`int` refuses a superscript that `str.isdigit` takes: refused, not a crash (a 500)."""
+    for value in ("²", "٣"):
+        with pytest.raises(AdmissionRejected, match=rf"min-members: '{value}' is not an integer"):
+            decide(job(annotations={MIN_MEMBERS: value}))
+        with pytest.raises(AdmissionRejected, match=rf"priority: '{value}' is not an integer"):
+            decide(job(annotations={PRIORITY: value}))
 
 
 def test_gang_size_is_parallelism_or_smaller_completions() -> None:
@@ -285,8 +310,14 @@ def test_minicluster_clog_timeout_label_travels_and_bad_ones_are_refused() -> No
 
 
 def test_bad_minicluster_sizes_are_rejected() -> None:
-    with pytest.raises(AdmissionRejected, match=r"spec\.size: the MiniCluster has 0 members"):
+    with pytest.raises(AdmissionRejected, match=r"spec\.size: 0 gives the MiniCluster no members"):
         decide_mc(minicluster(size=0))
+    with pytest.raises(AdmissionRejected, match=r"spec\.size: 100001 is more than the 100000"):
+        decide_mc(minicluster(size=100_001))
+    body = minicluster(size=4)
+    body["spec"]["deadlineSeconds"] = -5
+    with pytest.raises(AdmissionRejected, match=r"spec\.deadlineSeconds: -5 is below 1 second"):
+        decide_mc(body)
     with pytest.raises(AdmissionRejected, match=r"spec.minSize: 9 is out of range"):
         decide_mc(minicluster(size=8, min_size=9))
 
