@@ -68,7 +68,7 @@ def restart_mid_burst(
         killed = time.monotonic()
         back = cluster.restart(component, down_for=5.0)
         burst.finish(BURST_TIMEOUT)
-        burst.check()
+        burst.check(job_controller_faulted=True)
     assert muster.run.alive() and (muster.run.pid, webhook_pid(muster)) == pids, (
         "muster was restarted; it must recover by itself"
     )
@@ -168,6 +168,10 @@ def test_a_30s_partition_from_the_apiserver_loses_no_decision(
             burst.finish(BURST_TIMEOUT)
             burst.check()
         assert muster.run.alive() and (muster.run.pid, webhook_pid(muster)) == pids
+        # The cut held: nothing was admitted in its second half (the first leaves room for
+        # writes that landed just before it and for the test's own watch lagging).
+        cut_off = burst.ledger.admitted_between(cut_at + 15, cut_at + 30)
+        assert cut_off == 0, f"{cut_off} admissions while muster was cut off"
         admitted = burst.ledger.admitted_after(cut_at + 30)
         burst.report(
             "partition 30 s",
