@@ -463,6 +463,7 @@ class WebhookChild:
     child served for `STEADY` seconds. A usage error (exit 2) is not retried: a new child would
     fail the same way, so the parent stops."""
 
+    FIRST_BACKOFF = 1.0
     MAX_BACKOFF = 30.0
     STEADY = 60.0
 
@@ -478,7 +479,7 @@ class WebhookChild:
     async def supervise(self, stopping: asyncio.Event) -> None:
         """Restart the child whenever it exits, until `stopping` is set; return when the
         child exited with a usage error (the caller then stops)."""
-        backoff = 1.0
+        backoff = self.FIRST_BACKOFF
         while not stopping.is_set():
             if self.proc.poll() is None:
                 await asyncio.sleep(0.5)
@@ -488,7 +489,7 @@ class WebhookChild:
                 logging.error("the webhook process exited with a usage error (2); stopping")
                 return
             if time.monotonic() - self._started >= self.STEADY:
-                backoff = 1.0
+                backoff = self.FIRST_BACKOFF
             logging.error(
                 "the webhook process exited (%s); starting it again in %.0fs (restart %d). "
                 "Until it serves, the apiserver refuses creates in managed namespaces "
