@@ -307,6 +307,10 @@ class Burst:
         assert ledger.max_held_m <= self.quota_m, (
             f"{ledger.max_held_m}m cpu held > quota {self.quota_m}m"
         )
+        # The quota was reached at some revision, so the check above had something to check.
+        assert ledger.max_held_m == self.quota_m, (
+            f"at most {ledger.max_held_m}m cpu held: the quota {self.quota_m}m never bound"
+        )
         jobs = self.kube.get(jobs_path(self.namespace))["items"]
         assert sorted(j["metadata"]["name"] for j in jobs) == self.names
         pods = self.kube.get(f"/api/v1/namespaces/{self.namespace}/pods")["items"]

@@ -99,9 +99,9 @@ def test_webhook_killed_mid_burst_refuses_creates_then_serves_again(
     """While the webhook is down the apiserver refuses creates in managed namespaces
     (failurePolicy Fail) and stores nothing; `muster run` starts its webhook again by itself."""
     parent = muster.run.pid
-    with Burst(kube, namespace, jobs=1000, quota_cpu=100) as burst:
+    with Burst(kube, namespace, jobs=600, quota_cpu=100) as burst:
         burst.start()
-        burst.wait_created(250)
+        burst.wait_created(150)
         child = webhook_pid(muster)
         at = burst.created
         killed = time.monotonic()
