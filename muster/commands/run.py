@@ -1,7 +1,8 @@
 """`muster run`: start muster's webhook and queue controller, each under kopf.
 
 By default the webhook runs in a child process and the controller in this one (`--one-process`
-puts both in one; `--no-controller` / `--no-webhook` run one of them). The webhook is served by
+puts both in one; `--no-controller` / `--no-webhook` run one of them); a webhook child that dies
+is started again (`WebhookChild`). The webhook is served by
 `webhook.server` in its kopf event loop (`--webhook-server kopf`: by kopf's `@kopf.on.mutate`
 handlers on `kopf.WebhookServer` instead); kopf's watches keep the webhook's view of namespaces,
 Queues and MiniClusters current. `--local` serves it on loopback
