@@ -1,7 +1,8 @@
 """`muster run`: start muster's webhook and queue controller, each under kopf.
 
 By default the webhook runs in a child process and the controller in this one (`--one-process`
-puts both in one; `--no-controller` / `--no-webhook` run one of them). The webhook is served by
+puts both in one; `--no-controller` / `--no-webhook` run one of them); a webhook child that dies
+is started again (`WebhookChild`). The webhook is served by
 `webhook.server` in its kopf event loop (`--webhook-server kopf`: by kopf's `@kopf.on.mutate`
 handlers on `kopf.WebhookServer` instead); kopf's watches keep the webhook's view of namespaces,
 Queues and MiniClusters current. `--local` serves it on loopback
@@ -432,20 +433,84 @@ def _run_split(args: argparse.Namespace, credentials: Credentials) -> int:
 
     Each gets its own interpreter and GIL: a plan cycle never delays an admission review (whose
     latency every `kubectl create` pays), and a burst of reviews never delays a cycle. The child
-    dies with this process (SIGKILL from the kernel when this one dies abnormally), and this
-    process stops when the child stops, so a supervisor sees one unit.
+    dies with this process (SIGKILL from the kernel when this one dies abnormally); a child
+    that dies on its own is started again (`WebhookChild`), so the controller, its watches and
+    its cache live on through a webhook crash.
     """
     port = args.webhook_port or free_port(args.webhook_addr)
-    child = subprocess.Popen(_webhook_child_argv(args, port), preexec_fn=_die_with_parent)
+    child = WebhookChild(_webhook_child_argv(args, port))
     controller_args = argparse.Namespace(**{**vars(args), "no_webhook": True})
     try:
         code = _run_one(controller_args, credentials, webhook_child=child)
     finally:
-        stop_process(child)
-    if child.returncode not in (0, -signal.SIGTERM) and code == 0:
-        print(f"muster run: the webhook process exited with {child.returncode}", file=sys.stderr)
+        child.stop()
+    if child.proc.returncode not in (0, -signal.SIGTERM) and code == 0:
+        print(
+            f"muster run: the webhook process exited with {child.proc.returncode}",
+            file=sys.stderr,
+        )
         return 1
     return code
+
+
+class WebhookChild:
+    """The webhook's child process of a split `muster run`, started again when it dies.
+
+    A webhook that dies (killed, out of memory, a crash) leaves its MutatingWebhookConfiguration
+    registered on purpose: with failurePolicy Fail the apiserver then refuses creates in managed
+    namespaces ("failed calling webhook") rather than store them unsuspended and unstamped. The
+    child is started again with the same command line (same port; with `--local` it registers
+    its new certificate), after a backoff: 1 s, doubling to `MAX_BACKOFF`, back to 1 s once a
+    child served for `STEADY` seconds. A usage error (exit 2) is not retried: a new child would
+    fail the same way, so the parent stops."""
+
+    FIRST_BACKOFF = 1.0
+    MAX_BACKOFF = 30.0
+    STEADY = 60.0
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self.restarts = 0
+        self.proc = self._spawn()
+        self._started = time.monotonic()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(self.argv, preexec_fn=_die_with_parent)
+
+    async def supervise(self, stopping: asyncio.Event) -> None:
+        """Restart the child whenever it exits, until `stopping` is set; return when the
+        child exited with a usage error (the caller then stops)."""
+        backoff = self.FIRST_BACKOFF
+        while not stopping.is_set():
+            if self.proc.poll() is None:
+                await asyncio.sleep(0.5)
+                continue
+            code = self.proc.returncode
+            if code == 2:
+                logging.error("the webhook process exited with a usage error (2); stopping")
+                return
+            if time.monotonic() - self._started >= self.STEADY:
+                backoff = self.FIRST_BACKOFF
+            logging.error(
+                "the webhook process exited (%s); starting it again in %.0fs (restart %d). "
+                "Until it serves, the apiserver refuses creates in managed namespaces "
+                "(failurePolicy Fail)",
+                code,
+                backoff,
+                self.restarts + 1,
+            )
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stopping.wait(), backoff)
+            if stopping.is_set():
+                return
+            self.proc = self._spawn()
+            self._started = time.monotonic()
+            self.restarts += 1
+            logging.warning("webhook process started again (pid %d)", self.proc.pid)
+            backoff = min(backoff * 2, self.MAX_BACKOFF)
+
+    def stop(self) -> None:
+        stop_process(self.proc)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -486,7 +551,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_one(
     args: argparse.Namespace,
     credentials: Credentials,
-    webhook_child: subprocess.Popen[bytes] | None = None,
+    webhook_child: WebhookChild | None = None,
 ) -> int:
     """Run what `args` asks for (webhook, controller or both) in this process, under kopf."""
     import kopf
@@ -737,7 +802,7 @@ class _WebhookServing:
         port: int,
         ca_bundle: bytes,
         metrics: Any,
-        child: subprocess.Popen[bytes] | None,
+        child: WebhookChild | None,
         webhook: bool,
     ) -> None:
         self.args, self.client, self.settings = args, client, settings
@@ -759,23 +824,21 @@ class _WebhookServing:
             self.tasks.append(loop.create_task(self._watch_child()))
 
     async def stop(self, **_: Any) -> None:
+        self.stopping.set()  # no webhook child is started again from here on
         if self.metrics is not None:
             await self.metrics.stop()
         if self.args.local and self.webhook:
             async with self.registration:
-                self.stopping.set()
                 await asyncio.to_thread(unregister_configuration, self.client, self._url())
 
     def _url(self) -> str:
         return f"https://{self.args.webhook_addr}:{self.port}"
 
     async def _watch_child(self) -> None:
-        child = self.child
-        assert child is not None
-        while child.poll() is None:
-            await asyncio.sleep(1.0)
-        logging.error("the webhook process exited (%s); stopping", child.returncode)
-        os.kill(os.getpid(), signal.SIGTERM)
+        assert self.child is not None
+        await self.child.supervise(self.stopping)
+        if not self.stopping.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
 
     async def _register_when_serving(self) -> None:
         await asyncio.to_thread(_wait_for_tls, self.args.webhook_addr, self.port)
