@@ -1040,6 +1040,7 @@ class _Cycle:
         quota_reason = self._quota_reason
         one_by_one = self.holder is not None
         known: dict[int, Reason] = {}  # verdict key -> why its gangs wait (stays empty one by one)
+        shrunk: dict[int, Reason] = {}  # the same for elastic gangs that may shrink now
         extras: dict[str, Reason] | None = None  # gangs decided one by one
         start = at
         while at < end:
@@ -1076,9 +1077,21 @@ class _Cycle:
                     floor, quick = minimum, True
                 else:
                     floor, quick = gang.size, minimum >= gang.size
-                reason = verdict(gang, fit, big, queue, available, floor, quick)
-                if reason is None or (big and self._may_reserve(reason, queue)):
-                    break
+                if quick and not one_by_one:
+                    # An elastic gang that may shrink now is turned down, and why, by its fit
+                    # class, floor and bigness alone, as a plain gang by its verdict key (its
+                    # size only caps how many pods are counted).
+                    ekey = fit.serial << 42 | floor << 1 | big
+                    reason = shrunk.get(ekey)
+                    if reason is None:
+                        reason = verdict(gang, fit, big, queue, available, floor, quick)
+                        if reason is None or (big and self._may_reserve(reason, queue)):
+                            break
+                        shrunk[ekey] = reason
+                else:
+                    reason = verdict(gang, fit, big, queue, available, floor, quick)
+                    if reason is None or (big and self._may_reserve(reason, queue)):
+                        break
                 if extras is None:
                     extras = {}
                 extras[gang.id] = reason
