@@ -1035,7 +1035,6 @@ class _Cycle:
             return end
         leaf = queue.name
         available = self.quota.available(leaf)
-        verdict = self._verdict
         consider = self._consider
         quota_reason = self._quota_reason
         one_by_one = self.holder is not None
@@ -1070,28 +1069,10 @@ class _Cycle:
                         break
                 known[vkey] = reason
             else:
-                minimum = gang.min_size
-                if minimum is None:
-                    floor, quick = gang.size, True
-                elif self.now - gang.submitted.time >= gang.elastic_after:
-                    floor, quick = minimum, True
-                else:
-                    floor, quick = gang.size, minimum >= gang.size
-                if quick and not one_by_one:
-                    # An elastic gang that may shrink now is turned down, and why, by its fit
-                    # class, floor and bigness alone, as a plain gang by its verdict key (its
-                    # size only caps how many pods are counted).
-                    ekey = fit.serial << 42 | floor << 1 | big
-                    reason = shrunk.get(ekey)
-                    if reason is None:
-                        reason = verdict(gang, fit, big, queue, available, floor, quick)
-                        if reason is None or (big and self._may_reserve(reason, queue)):
-                            break
-                        shrunk[ekey] = reason
-                else:
-                    reason = verdict(gang, fit, big, queue, available, floor, quick)
-                    if reason is None or (big and self._may_reserve(reason, queue)):
-                        break
+                kept = None if one_by_one else shrunk
+                reason = self._alone(gang, fit, big, queue, available, kept)
+                if reason is None:
+                    break
                 if extras is None:
                     extras = {}
                 extras[gang.id] = reason
@@ -1102,6 +1083,42 @@ class _Cycle:
                 return end
         self._stretch(entries, vkeys, start, at, known, extras)
         return at
+
+    def _alone(
+        self,
+        gang: Gang,
+        fit: FitClass,
+        big: bool,
+        queue: Queue,
+        available: Sequence[float],
+        shrunk: dict[int, Reason] | None,
+    ) -> Reason | None:
+        """Why a gang decided on its own in a scan waits; None if the scan stops at it (it
+        could be admitted now, or it is big and takes the reservation). ``shrunk``: the scan's
+        verdicts on elastic gangs that may shrink now (None: one by one, not kept)."""
+        minimum = gang.min_size
+        if minimum is None:
+            floor, quick = gang.size, True
+        elif self.now - gang.submitted.time >= gang.elastic_after:
+            floor, quick = minimum, True
+        else:
+            floor, quick = gang.size, minimum >= gang.size
+        key = -1
+        if quick and shrunk is not None:
+            # An elastic gang that may shrink now is turned down, and why, by its fit class,
+            # floor and bigness alone, as a plain gang by its verdict key (its size only caps
+            # how many pods are counted).
+            key = fit.serial << 42 | floor << 1 | big
+            known = shrunk.get(key)
+            if known is not None:
+                return known
+        reason = self._verdict(gang, fit, big, queue, available, floor, quick)
+        if reason is None or (big and self._may_reserve(reason, queue)):
+            return None
+        if key >= 0:
+            assert shrunk is not None
+            shrunk[key] = reason
+        return reason
 
     def _verdict(
         self,
