@@ -220,7 +220,10 @@ class Engine:
     def run(self) -> EngineResult:
         # The trace, the gangs and their records live for the whole run: keep CPython's cyclic
         # collector from walking them again at every full collection (at a million gangs, most
-        # of the collector's work). Objects made during the run are collected as before.
+        # of the collector's work). Objects made during the run are collected as before. A
+        # caller that froze objects itself keeps its choice (unfreeze would undo it).
+        if gc.get_freeze_count():
+            return self._run()
         gc.freeze()
         try:
             return self._run()
