@@ -671,10 +671,11 @@ class Cache:
         """Gangs to plan: waiting, readable, not backing off, allowed into their queue, and not
         ``busy`` (being suspended and restored: admitting one then would race its restore)."""
         refused = refused or {}
+        # Every cycle reads every record: the dict's key is the record's key (no new string).
         return [
             r.gang
-            for r in self.jobs.values()
-            if _waiting(r) and r.requeue_at <= now and r.key not in refused and r.key not in busy
+            for key, r in self.jobs.items()
+            if _waiting(r) and r.requeue_at <= now and key not in refused and key not in busy
         ]
 
     def admitted_gangs(self, now: float) -> list[AdmittedGang]:

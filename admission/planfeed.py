@@ -11,9 +11,13 @@ admitted gang and pending gang (`plan(cache.snapshot(...))`, which decides the s
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from itertools import compress
+from operator import attrgetter, is_not, not_
 
 from admission.cache import Cache
 from policies import Decisions, Planner, QueueTree, Reason
+
+_ID = attrgetter("id")
 
 
 class PlanFeed:
@@ -48,17 +52,20 @@ class PlanFeed:
         # Admitted first: a gang admitted since the last cycle leaves the pending set and
         # joins the admitted one in the same sync.
         admitted = {entry.gang.id: entry for entry in cache.admitted_gangs(now)}
-        pending = {gang.id: gang for gang in cache.pending_gangs(now, refused, busy)}
+        gangs = cache.pending_gangs(now, refused, busy)
+        pending = dict(zip(map(_ID, gangs), gangs, strict=True))
         held_pending = planner.pending
-        for gang_id in [g for g, gang in held_pending.items() if pending.get(g) is not gang]:
+        # Every pending gang is compared each cycle; in C, as few of them change.
+        same = map(is_not, map(pending.get, held_pending), held_pending.values())
+        for gang_id in list(compress(held_pending, same)):
             planner.remove_pending(gang_id)
         for gang_id in [g for g in planner.admitted if g not in admitted]:
             planner.remove_admitted(gang_id)
         for entry in admitted.values():
             planner.add_admitted(entry)
-        for gang_id, gang in pending.items():
-            if gang_id not in held_pending:
-                planner.add_pending(gang)
+        new = map(not_, map(held_pending.__contains__, pending))
+        for gang in list(compress(pending.values(), new)):
+            planner.add_pending(gang)
         return planner
 
     def plan(

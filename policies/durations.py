@@ -13,8 +13,25 @@ class DurationError(ValueError):
     """A malformed or negative duration; the message names the field."""
 
 
+_SECONDS: dict[str, float] = {}
+"""parse_duration's results by string: a trace repeats the same few spellings per job."""
+
+
 def parse_duration(value: object, *, field: str) -> float:
     """Seconds from a number or a Go-style duration string; raise DurationError naming `field`."""
+    if isinstance(value, str):
+        known = _SECONDS.get(value)
+        if known is not None:
+            return known
+        seconds = _parse(value, field)
+        if len(_SECONDS) >= 4096:
+            _SECONDS.clear()
+        _SECONDS[value] = seconds
+        return seconds
+    return _parse(value, field)
+
+
+def _parse(value: object, field: str) -> float:
     hint = "use e.g. 300s, 5m or 1h30m"
     if isinstance(value, bool) or value is None:
         raise DurationError(f"{field}: missing or not a duration; {hint}")

@@ -65,9 +65,11 @@ straightforward version's, pinned by tests/unit/test_plan_regression.py.
 from __future__ import annotations
 
 import bisect
+import gc
 import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import lru_cache, partial
 from itertools import islice
 from operator import attrgetter, indexOf, itemgetter
@@ -112,7 +114,30 @@ are not held."""
 def plan(snapshot: Snapshot, policy: str | AdmissionPolicy = "drf") -> Decisions:
     """Decide which pending gangs of ``snapshot`` to admit now; see the module docstring."""
     chosen = get_policy(policy) if isinstance(policy, str) else policy
-    return _Cycle(_State.from_snapshot(snapshot), chosen, snapshot.now, keep=False).run()
+    with _collector_paused():
+        return _Cycle(_State.from_snapshot(snapshot), chosen, snapshot.now, keep=False).run()
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Keep CPython's cyclic garbage collector out of a plan.
+
+    A plan allocates a container per waiting gang (its queue entry), and every 700 allocations
+    the collector runs; at 100k waiting gangs a plan set off ~150 young and ~14 middle
+    collections and one full one, which walks every object of the caller's heap (the snapshot,
+    a controller's cache): about 40% of ``plan`` (docs/benchmarks.md, *Planner*). A plan makes
+    no reference cycles, so what it frees, reference counting frees; the collector runs again
+    as soon as the plan returns. Process-wide, like the collector itself: another thread
+    allocating meanwhile is not collected either, for the length of one plan.
+    """
+    if not gc.isenabled():  # the caller's choice, or another plan in progress
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 # A screened pending gang: its order key (priority, then submission), a sequence number (ties
@@ -121,7 +146,6 @@ def plan(snapshot: Snapshot, policy: str | AdmissionPolicy = "drf") -> Decisions
 _Entry = tuple[tuple[int, float, int, str], int, Gang, FitClass, bool, int]
 _T = TypeVar("_T")
 _ORDER = itemgetter(0)
-_ORDER_SEQ = itemgetter(0, 1)
 _GANG = itemgetter(2)
 _VKEY = itemgetter(5)
 _ID = attrgetter("id")
@@ -160,8 +184,10 @@ class _Line:
 
 
 def _bisect(entries: list[_Entry], entry: _Entry) -> int:
-    # (order key, sequence) is unique, so comparisons never reach the gang.
-    return bisect.bisect_left(entries, (entry[0], entry[1]), key=_ORDER_SEQ)
+    # (order key, sequence) is unique, so comparing whole entries never reaches the gang (an
+    # entry equal up to there is this one, whose items compare equal by identity); no key
+    # function, so no tuple per probe.
+    return bisect.bisect_left(entries, entry)
 
 
 class _Class:
@@ -1009,11 +1035,11 @@ class _Cycle:
             return end
         leaf = queue.name
         available = self.quota.available(leaf)
-        verdict = self._verdict
         consider = self._consider
         quota_reason = self._quota_reason
         one_by_one = self.holder is not None
         known: dict[int, Reason] = {}  # verdict key -> why its gangs wait (stays empty one by one)
+        shrunk: dict[int, Reason] = {}  # the same for elastic gangs that may shrink now
         extras: dict[str, Reason] | None = None  # gangs decided one by one
         start = at
         while at < end:
@@ -1043,15 +1069,9 @@ class _Cycle:
                         break
                 known[vkey] = reason
             else:
-                minimum = gang.min_size
-                if minimum is None:
-                    floor, quick = gang.size, True
-                elif self.now - gang.submitted.time >= gang.elastic_after:
-                    floor, quick = minimum, True
-                else:
-                    floor, quick = gang.size, minimum >= gang.size
-                reason = verdict(gang, fit, big, queue, available, floor, quick)
-                if reason is None or (big and self._may_reserve(reason, queue)):
+                kept = None if one_by_one else shrunk
+                reason = self._alone(gang, fit, big, queue, available, kept)
+                if reason is None:
                     break
                 if extras is None:
                     extras = {}
@@ -1063,6 +1083,42 @@ class _Cycle:
                 return end
         self._stretch(entries, vkeys, start, at, known, extras)
         return at
+
+    def _alone(
+        self,
+        gang: Gang,
+        fit: FitClass,
+        big: bool,
+        queue: Queue,
+        available: Sequence[float],
+        shrunk: dict[int, Reason] | None,
+    ) -> Reason | None:
+        """Why a gang decided on its own in a scan waits; None if the scan stops at it (it
+        could be admitted now, or it is big and takes the reservation). ``shrunk``: the scan's
+        verdicts on elastic gangs that may shrink now (None: one by one, not kept)."""
+        minimum = gang.min_size
+        if minimum is None:
+            floor, quick = gang.size, True
+        elif self.now - gang.submitted.time >= gang.elastic_after:
+            floor, quick = minimum, True
+        else:
+            floor, quick = gang.size, minimum >= gang.size
+        key = -1
+        if quick and shrunk is not None:
+            # An elastic gang that may shrink now is turned down, and why, by its fit class,
+            # floor and bigness alone, as a plain gang by its verdict key (its size only caps
+            # how many pods are counted).
+            key = fit.serial << 42 | floor << 1 | big
+            known = shrunk.get(key)
+            if known is not None:
+                return known
+        reason = self._verdict(gang, fit, big, queue, available, floor, quick)
+        if reason is None or (big and self._may_reserve(reason, queue)):
+            return None
+        if key >= 0:
+            assert shrunk is not None
+            shrunk[key] = reason
+        return reason
 
     def _verdict(
         self,
@@ -1548,7 +1604,8 @@ class Planner:
 
     def plan(self, now: float) -> Decisions:
         """Decide which pending gangs to admit at ``now``; the state is left as it was."""
-        return _Cycle(self._ready(), self._policy, now, keep=True).run()
+        with _collector_paused():
+            return _Cycle(self._ready(), self._policy, now, keep=True).run()
 
     def snapshot(self, now: float) -> Snapshot:
         """The snapshot ``plan(now)`` decides on: pending gangs of missing queues first, then

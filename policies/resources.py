@@ -126,6 +126,10 @@ def format_quantity(resource: str, amount: int) -> str:
     return f"{sign}{amount}"
 
 
+_PARSED: dict[tuple[tuple[object, type, object], ...], Resources] = {}
+"""Resources.parse's results by spelling (see there)."""
+
+
 class Resources(Mapping[str, int]):
     """An immutable vector of resource amounts in internal units; a missing resource is 0.
 
@@ -170,12 +174,28 @@ class Resources(Mapping[str, int]):
             raise QuantityError(
                 f"{field}: expected a mapping of resource name to quantity, got {mapping!r}"
             )
+        # The same requests come again and again (every Job of a kind, every gang of a trace):
+        # parse each spelling once and share the one immutable result, which saves the parse
+        # and the memory of a vector per gang, and makes the planner's look-ups by vector hit
+        # by identity. The value's type is part of the key (True == 1, but True is refused).
+        try:
+            key = tuple((name, value.__class__, value) for name, value in mapping.items())
+            found = _PARSED.get(key)
+        except TypeError:  # an unhashable value: parsed, and refused, below
+            key, found = None, None
+        if found is not None and cls is Resources:
+            return found
         amounts: dict[str, int] = {}
         for name, value in mapping.items():
             amount = parse_quantity(value, field=f"{field}.{name}", resource=str(name))
             if amount:
                 amounts[str(name)] = amount
-        return cls._of(amounts)
+        parsed = cls._of(amounts)
+        if key is not None and cls is Resources:
+            if len(_PARSED) >= 4096:  # requests spelled ever differently: forget, stay bounded
+                _PARSED.clear()
+            _PARSED[key] = parsed
+        return parsed
 
     def __getitem__(self, name: str) -> int:
         return self._amounts.get(name, 0)

@@ -49,7 +49,17 @@ def burst_document(spec: BurstSpec) -> dict[str, Any]:
         groups[key] = groups.get(key, 0) + 1
     requests = dict(spec.pod_requests)
     jobs = []
+    # Jobs share the values they have in common (the trace reader only reads them): a burst of
+    # a million jobs is built in memory before it is read.
+    runtimes: dict[int, str] = {}
+    submits: dict[int, dict[str, str]] = {}
     for n, ((queue, size, runtime, at), count) in enumerate(sorted(groups.items(), key=_by_time)):
+        spelled = runtimes.get(runtime)
+        if spelled is None:
+            spelled = runtimes[runtime] = f"{runtime}s"
+        submit = submits.get(at)
+        if submit is None:
+            submit = submits[at] = {"at": f"{at}s", "interval": "0s"}
         jobs.append(
             {
                 "name": f"{queue}-s{size}-{n}",
@@ -60,8 +70,8 @@ def burst_document(spec: BurstSpec) -> dict[str, Any]:
                 "minSize": size,
                 "podRequests": requests,
                 "onePodPerNode": spec.one_pod_per_node,
-                "runtime": f"{runtime}s",
-                "submit": {"at": f"{at}s", "interval": "0s"},
+                "runtime": spelled,
+                "submit": submit,
             }
         )
     weights = spec.queue_weights or (1.0,) * len(spec.queues)

@@ -218,7 +218,14 @@ def expand(trace: Trace, seed: int = 0) -> list[SubmittedGang]:
             raw.append((at, rng.random(), f"{group.name}-{i:0{width}d}", group))
     raw.sort(key=lambda item: (item[0], item[1]))
     expanded: list[SubmittedGang] = []
+    # One copy of each distinct node selector, shared by its gangs (a gang never changes it):
+    # a million gangs need not hold a million empty dicts.
+    selectors: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
     for seq, (at, _rank, name, group) in enumerate(raw):
+        wanted = tuple(group.node_selector.items())
+        selector = selectors.get(wanted)
+        if selector is None:
+            selector = selectors[wanted] = dict(wanted)
         gang = Gang(
             id=f"{group.namespace}/{name}",
             queue=group.queue,
@@ -228,7 +235,7 @@ def expand(trace: Trace, seed: int = 0) -> list[SubmittedGang]:
             priority=group.priority,
             submitted=SubmitStamp(time=at, seq=seq, name=name),
             one_pod_per_node=group.one_pod_per_node,
-            node_selector=dict(group.node_selector),
+            node_selector=selector,
             tolerations=group.tolerations,
             elastic_after=group.elastic_after,
             kind=group.kind,

@@ -7,6 +7,15 @@ queues, and pending gangs of 1..64 pods (some one-pod-per-node, some elastic, so
 are set so that many but not all pending gangs fit. Only ``plan`` is timed; then, apart,
 reading every waiting gang's reason (``reasons_ms_median``: they are built on first read) and
 ``Planner.plan`` on a planner already holding the snapshot (``planner_plan_ms_median``).
+
+Then what the controller pays per admit cycle (``cycle_*``): the same gangs, nodes and queues in
+a controller `Cache` (records made from the snapshot's gangs, as `job_record` would read them;
+pods bound where the admitted gangs run), and a `PlanFeed` kept from cycle to cycle. Between
+timed cycles a little changes, as between two cycles of a busy controller: the last plan's
+first admission is assumed (`Cache.assume_admitted`), one running gang finishes and one gang is
+created. A timed cycle is the controller's steps 2 and 3: the refusals, the reservations
+released, ``PlanFeed.sync`` (``cycle_sync_ms_median``) and ``Planner.plan``
+(``cycle_plan_ms_median``); ``cycle_ms_median`` is their sum per cycle.
 """
 
 from __future__ import annotations
@@ -18,10 +27,15 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
+from admission.cache import Cache
+from admission.gangs import JobRecord
+from admission.planfeed import PlanFeed
 from muster.bench import bench_main
 from policies import (
     AdmittedGang,
+    Decisions,
     Gang,
     Node,
     Planner,
@@ -197,6 +211,95 @@ def _pending_gangs(rng: random.Random, pending: int, queues: int) -> list[Gang]:
     return gangs
 
 
+def controller_cache(snapshot: Snapshot) -> Cache:
+    """A controller's cache holding what ``snapshot`` holds: its nodes (with the capacity other
+    pods use), its queue tree, a suspended Job per pending gang and an admitted one, its pods
+    bound as placed, per admitted gang."""
+    cache = Cache()
+    for node in snapshot.nodes:
+        cache.nodes[node.name] = replace(node, used=Resources())
+        if node.used:
+            cache.node_other[node.name] = node.used
+    cache.tree = snapshot.queues
+    for gang in snapshot.pending:
+        _put(cache, gang, None)
+    for admitted in snapshot.admitted:
+        _put(cache, admitted.gang, admitted)
+    return cache
+
+
+def _put(cache: Cache, gang: Gang, admitted: AdmittedGang | None) -> JobRecord:
+    namespace, _, name = gang.id.partition("/")
+    record = JobRecord(
+        namespace=namespace,
+        name=name,
+        uid=f"uid-{gang.id}",
+        resource_version="1",
+        gang=gang,
+        queue=gang.queue,
+        suspended=admitted is None,
+        admitted_at=admitted.admitted_at if admitted is not None else None,
+        admitted_size=admitted.size if admitted is not None else 0,
+        evictions=0,
+        failed_state=False,
+        finished=False,
+        ready=admitted.size if admitted is not None and admitted.running else 0,
+        succeeded=0,
+        clog_timeout=None,
+        requeue_at=0.0,
+        kind=gang.kind,
+        gang_label=name,
+        reached_min=admitted is not None and admitted.running,
+    )
+    cache.jobs[record.key] = record
+    if admitted is not None:
+        cache.gang_bound[f"{namespace}/{name}"] = dict(admitted.placement)
+    return record
+
+
+def controller_cycles(
+    snapshot: Snapshot, policy: str, runs: int
+) -> tuple[Decisions, list[float], list[float], list[float]]:
+    """The first cycle's decisions, then per timed cycle the milliseconds of sync (refusals,
+    reservations, `PlanFeed.sync`) and of `Planner.plan`, and the CPU milliseconds of both
+    (see the module docstring)."""
+    cache = controller_cache(snapshot)
+    feed = PlanFeed(policy)
+    now = snapshot.now
+    first = feed.plan(cache, now)  # the planner's state is built once, at the first cycle
+    decisions = first
+    running = [a.gang.id for a in snapshot.admitted if a.running]
+    syncs: list[float] = []
+    plans: list[float] = []
+    cpu: list[float] = []
+    for k in range(runs):
+        now += 1.0
+        # What changed since the last cycle: its first admission, a finish, a create.
+        if decisions.admitted:
+            admission = decisions.admitted[0]
+            cache.assume_admitted(
+                cache.jobs[admission.gang_id], now, admission.size, admission.placement
+            )
+        if running:
+            done = cache.jobs[running.pop()]
+            done.finished = True
+            cache.gang_bound.pop(f"{done.namespace}/{done.gang_label}", None)
+        template = snapshot.pending[k % len(snapshot.pending)]
+        name = f"again-{k}"
+        created = SubmitStamp(now, len(snapshot.pending) + k, name)
+        _put(cache, replace(template, id=f"ns0/{name}", submitted=created), None)
+        began, began_cpu = time.perf_counter(), time.process_time()
+        refused = cache.refusals()
+        cache.release_reservations(now)
+        planner = feed.sync(cache, now, refused)
+        synced = time.perf_counter()
+        decisions = planner.plan(now)
+        cpu.append((time.process_time() - began_cpu) * 1000.0)
+        syncs.append((synced - began) * 1000.0)
+        plans.append((time.perf_counter() - synced) * 1000.0)
+    return first, syncs, plans, cpu
+
+
 def _percentile(samples: Sequence[float], fraction: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
@@ -243,6 +346,8 @@ def run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         planner.plan(snapshot.now)
         kept.append((time.perf_counter() - start) * 1000.0)
+    first, syncs, plans, cycle_cpu = controller_cycles(snapshot, args.policy, args.runs)
+    cycles = [a + b for a, b in zip(syncs, plans, strict=True)]
     admitted_pods = sum(a.size for a in decisions.admitted)
     result = {
         "pending": args.pending,
@@ -261,12 +366,17 @@ def run(args: argparse.Namespace) -> int:
         "plan_cpu_ms_median": round(statistics.median(cpu), 3),
         "reasons_ms_median": round(statistics.median(reasons), 3),
         "planner_plan_ms_median": round(statistics.median(kept), 3),
+        "cycle_ms_median": round(statistics.median(cycles), 3),
+        "cycle_sync_ms_median": round(statistics.median(syncs), 3),
+        "cycle_plan_ms_median": round(statistics.median(plans), 3),
+        "cycle_cpu_ms_median": round(statistics.median(cycle_cpu), 3),
+        "cycle_admitted_first": len(first.admitted),
     }
     if args.json:
         print(json.dumps(result))
         return 0
     width = max(len(key) for key in result)
-    print("policies.plan on a synthetic snapshot")
+    print("policies.plan on a synthetic snapshot, then the controller's cycle")
     for key, value in result.items():
         print(f"  {key:<{width}}  {value}")
     return 0

@@ -261,3 +261,19 @@ def test_a_gang_whose_limit_outlasts_the_reservation_does_not_backfill() -> None
     result = simulate(_backfill_trace("200s"), EngineConfig(admission="muster", check=True))
     started = {r.group: r.started for r in result.gangs}
     assert started["small"] is not None and started["small"] > 100.0
+
+
+def test_a_run_unfreezes_what_it_froze() -> None:
+    # The engine freezes the objects that live for the whole run (the collector skips them)
+    # and gives them back to the collector when the run ends; a caller's own freeze stays.
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    simulate(two_gangs_of_four(), EngineConfig(admission="muster"))
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        simulate(two_gangs_of_four(), EngineConfig(admission="muster"))
+        assert gc.get_freeze_count() > 0  # still frozen: not the engine's to unfreeze
+    finally:
+        gc.unfreeze()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,11 @@ def test_durations() -> None:
     for bad in ("", "5 m", "m", "-1s", "1x", True):
         with pytest.raises(TraceError):
             parse_duration(bad, "f")
+    # Spellings are remembered once parsed; a refused one is refused again, naming each field.
+    assert parse_duration("300s", "g") == 300
+    for where in ("jobs[1].runtime", "jobs[2].runtime"):
+        with pytest.raises(TraceError, match=re.escape(where)):
+            parse_duration("-1s", where)
 
 
 def test_expand_orders_same_instant_submissions_by_seed() -> None:

@@ -51,3 +51,32 @@ def test_synthetic_snapshot_is_deterministic() -> None:
     again = bench_plan.build_snapshot(300, 30, 10, seed=7)
     assert plan(first) == plan(again)
     assert [g.id for g in first.pending] == [g.id for g in again.pending]
+
+
+def test_controller_cycle_starts_from_what_plan_decides() -> None:
+    # The cycle figures time a controller's cache and PlanFeed holding the bench snapshot: its
+    # first cycle must decide what plan() decides on the snapshot, or the figure times
+    # something else.
+    snapshot = bench_plan.build_snapshot(400, 40, 10, seed=3)
+    first, syncs, plans, cpu = bench_plan.controller_cycles(snapshot, "drf", 3)
+    expected = plan(snapshot)
+    assert first.admitted == expected.admitted
+    assert dict(first.pending.items()) == dict(expected.pending.items())
+    assert first.rejected == expected.rejected
+    assert len(syncs) == len(plans) == len(cpu) == 3
+
+
+def test_bench_plan_reports_the_controller_cycle(capsys: pytest.CaptureFixture[str]) -> None:
+    code = bench_plan.main(
+        ["--pending", "100", "--nodes", "20", "--queues", "5", "--runs", "2", "--json"]
+    )
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    for key in (
+        "cycle_ms_median",
+        "cycle_sync_ms_median",
+        "cycle_plan_ms_median",
+        "cycle_cpu_ms_median",
+    ):
+        assert result[key] > 0
+    assert result["cycle_admitted_first"] == result["admitted"]

@@ -106,3 +106,21 @@ def test_planner_follows_node_changes_and_new_resources() -> None:
     assert decisions == plan(planner.snapshot(0.0))
     planner.remove_pending("ns/gpu")
     assert planner.plan(0.0) == plan(planner.snapshot(0.0))
+
+
+def test_plans_leave_the_garbage_collector_as_they_found_it() -> None:
+    # Plans pause CPython's cyclic collector while they run (docs/benchmarks.md, *Planner*):
+    # on again after a plan, off still when the caller had turned it off.
+    import gc
+
+    planner = Planner(_nodes(), _tree())
+    planner.add_pending(_gang("a", 1))
+    snapshot = planner.snapshot(0.0)
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            assert plan(snapshot).admitted and planner.plan(0.0).admitted
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

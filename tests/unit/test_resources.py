@@ -130,3 +130,17 @@ def test_resources_reject_non_integers() -> None:
 )
 def test_format_quantity(resource: str, amount: int, text: str) -> None:
     assert format_quantity(resource, amount) == text
+
+
+def test_parse_shares_one_object_per_spelling_and_still_refuses() -> None:
+    first = Resources.parse({"cpu": "4", "memory": "16Gi"}, field="a")
+    again = Resources.parse({"cpu": "4", "memory": "16Gi"}, field="b")
+    assert first is again  # shared: immutable, and the planner then finds it by identity
+    assert Resources.parse({"cpu": 1}, field="x") == Resources({"cpu": 1000})
+    # True == 1 and hashes alike, but a bool is not a quantity: the shared result is not used.
+    with pytest.raises(QuantityError, match=r"jobs\[3\]\.podRequests\.cpu"):
+        Resources.parse({"cpu": True}, field="jobs[3].podRequests")
+    # A spelling refused once is refused again, naming the field of each call.
+    for where in ("one", "two"):
+        with pytest.raises(QuantityError, match=f"{where}.cpu"):
+            Resources.parse({"cpu": "lots"}, field=where)
