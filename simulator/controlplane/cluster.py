@@ -399,10 +399,10 @@ class LocalCluster:
             "--kube-api-qps=500",
             "--kube-api-burst=1000",
             "--concurrent-job-syncs=20",
-            # kwok posts 1000+ node heartbeats from one process; on a 2-core machine under a
-            # burst they can lag past the 50 s default, and the node lifecycle controller would
-            # then taint fake nodes unreachable and evict their pods. A simulator must not.
-            "--node-monitor-grace-period=5m",
+            # Fake nodes never fail: their heartbeats (kwok-stages.yaml, every 10-15 min, few
+            # writes) must never make the node lifecycle controller taint them unreachable and
+            # mark their pods not ready, however late a busy kwok posts them.
+            "--node-monitor-grace-period=1h",
             "--v=1",
         ]
 
