@@ -110,6 +110,8 @@ class Cache:
     # Gang pods: bound ones per node, and how many are not bound yet.
     gang_bound: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
     gang_unbound: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    gang_waiting: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """Per gang, its live pods waiting on the control plane (`gangs.pod_waits`)."""
     gated: dict[str, PodRecord] = field(default_factory=dict)
     gang_sent: dict[str, Counter[str]] = field(default_factory=dict)
     """Per gang, its live pods that are not gated, by the node they were sent to (their
@@ -205,6 +207,7 @@ class Cache:
         if old is not None and old.uid == new.uid:
             new.reached_min = old.reached_min
             new.below_min_since = old.below_min_since
+            new.advanced, new.advanced_at = old.advanced, old.advanced_at
             # Our admission PATCH may still be in flight (or this event predates it).
             if new.admitted_at is None and old.local_admit is not None and new.suspended:
                 new.local_admit = old.local_admit
@@ -247,6 +250,7 @@ class Cache:
         record.local_admit = (now, size)
         record.below_min_since = None
         record.reached_min = False
+        record.advanced, record.advanced_at = None, None
         if placement:
             self.reservations[record.key] = dict(placement)
         self.reasons.pop(record.key, None)
@@ -294,6 +298,7 @@ class Cache:
             record.evicted_reason, record.preempted_by = "Preempted", preemption[1]
         record.reached_min = False
         record.below_min_since = None
+        record.advanced, record.advanced_at = None, None
         self.reservations.pop(record.key, None)
         self.touch(record.key)
         self.changed.set()
@@ -399,6 +404,33 @@ class Cache:
         ):
             record.started_at = max(time.time(), adm[0])
 
+    def ready_pods(self, record: JobRecord) -> int:
+        """An admitted gang's ready pods: its Job's status.ready, or more if the pods say so
+        (the Job controller, busy, may update the Job's status long after its pods are ready;
+        a gang must not be evicted for that)."""
+        return max(record.ready, self.gang_ready.get(f"{record.namespace}/{record.gang_label}", 0))
+
+    def gang_waits(self, record: JobRecord) -> bool:
+        """Whether an admitted gang waits on the control plane: its Job not started since the
+        admission (status.startTime, to the second) and no pod of it yet, or a pod of it
+        waiting (`gangs.pod_waits`)."""
+        gang = f"{record.namespace}/{record.gang_label}"
+        if self.gang_waiting.get(gang, 0) > 0:
+            return True
+        start, admitted = record.start_time, record.admitted_at
+        has_pods = gang in self.gang_bound or gang in self.gang_unbound or record.succeeded > 0
+        started = start is not None and admitted is not None and start >= admitted - 1
+        return not (started or has_pods)
+
+    def start_measure(self, record: JobRecord) -> int:
+        """How far an admitted gang's pods have come towards running, for the clog clock
+        (`policies.lifecycle.check_clog`'s `advanced`): each live pod counts once, once more
+        when bound, once more when ready; each succeeded pod three times."""
+        gang = f"{record.namespace}/{record.gang_label}"
+        bound = sum((self.gang_bound.get(gang) or {}).values())
+        unbound = self.gang_unbound.get(gang, 0)
+        return unbound + 2 * bound + self.gang_ready.get(gang, 0) + 3 * record.succeeded
+
     def _account(self, pod: PodRecord, sign: int) -> None:
         if pod.gang is not None and not pod.gated and (pod.target or pod.node):
             sent = self.gang_sent.get(pod.gang)
@@ -426,6 +458,10 @@ class Cache:
                 self.gang_ready[pod.gang] += sign
                 if not self.gang_ready[pod.gang]:
                     del self.gang_ready[pod.gang]
+            if pod.waiting:
+                self.gang_waiting[pod.gang] += sign
+                if not self.gang_waiting[pod.gang]:
+                    del self.gang_waiting[pod.gang]
         if not pod.node:
             return
         add = pod.requests if sign > 0 else None
