@@ -448,6 +448,9 @@ class LocalCluster:
             f"--server-address=127.0.0.1:{port}",
             "--cidr=10.0.0.1/16",
             "--node-ip=10.0.0.1",
+            # At INFO kwok writes a JSON line for every pod and node PATCH it sends: 30,000
+            # lines in a replay of the mixed trace, on the cores the replay needs.
+            "--v=WARN",
         ]
 
     def _write_kubeconfig(self, pki: ClusterPki, port: int) -> None:
