@@ -330,20 +330,28 @@ class Cache:
         self.changed.set()
 
     def release_reservations(self, now: float) -> None:
-        """Drop the plans gangs no longer need held: once a gang's minimum is ready (its pods
-        show where it is), or RESERVATION_TTL after its admission."""
+        """Drop the plans gangs no longer need held (`_holds_plan`)."""
         for key in [k for k in self.reservations if not self._holds_plan(k, now)]:
             del self.reservations[key]
 
     def _holds_plan(self, key: str, now: float) -> bool:
+        """An admitted gang holds its planned nodes until its minimum is ready and every pod
+        it was admitted with is bound (its pods then show where it is: an elastic gang
+        admitted above its minimum still has pods coming to the nodes it was pinned to), or
+        RESERVATION_TTL after its admission unless its pods are still on their way
+        (`gang_waits`: a busy Job controller or scheduler; the clog clock bounds that wait)."""
         record = self.jobs.get(key)
         if record is None:
             return False
         admission = record.admission
-        ready = record.ready + record.succeeded >= record.gang.min
-        return not (
-            record.reached_min or ready or (admission and now - admission[0] > RESERVATION_TTL)
-        )
+        gang = f"{record.namespace}/{record.gang_label}"
+        size = admission[1] if admission is not None else record.gang.size
+        placed = sum((self.gang_bound.get(gang) or {}).values()) + record.succeeded >= size
+        ready = record.reached_min or record.ready + record.succeeded >= record.gang.min
+        if ready and placed:
+            return False
+        expired = admission is not None and now - admission[0] > RESERVATION_TTL
+        return not expired or self.gang_waits(record)
 
     def _learn_runtime(self, record: JobRecord) -> None:
         """A finished gang's runtime, start (the Job's startTime, else its admission) to end,

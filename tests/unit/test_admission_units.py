@@ -412,3 +412,36 @@ def test_a_job_started_before_this_admission_has_not_started_for_it() -> None:
     admitted["spec"]["suspend"] = False
     cache.apply_job("ADDED", admitted)
     assert cache.gang_waits(cache.jobs["ns/a"])
+
+
+def test_an_elastic_gang_holds_its_plan_until_every_admitted_pod_is_bound() -> None:
+    """Admitted at 4 with a minimum of 2: once 2 pods are bound and ready its minimum is, but
+    the other 2 are still coming to the nodes they are pinned to, so the plan stays held (it
+    was released at the minimum, and the planner gave those nodes to GPU gangs that then
+    deadlocked with it on the kwok replay of mixed-queues)."""
+    cache = Cache()
+    for name in ("n1", "n2"):
+        body = {"metadata": {"name": name}, "status": {"allocatable": {"cpu": "4", "pods": "9"}}}
+        cache.apply_node("ADDED", body)
+    admitted = job(
+        "a",
+        annotations={"muster.dev/admitted": format_admitted(1.0, 4), "muster.dev/min-members": "2"},
+    )
+    admitted["spec"]["suspend"] = False
+    admitted["spec"]["completionMode"] = "Indexed"
+    cache.apply_job("ADDED", admitted)
+    cache.reservations["ns/a"] = {"n1": 2, "n2": 2}
+    ready_pod = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    for i in range(2):
+        cache.apply_pod("ADDED", _gang_pod(i, {"nodeName": "n1"}, ready_pod))
+    cache.apply_job(
+        "MODIFIED", dict(admitted, status={"ready": 2, "startTime": "1970-01-01T00:00:01Z"})
+    )
+    record = cache.jobs["ns/a"]
+    cache.release_reservations(now=2.0)
+    assert cache.placement(record, now=2.0) == {"n1": 2, "n2": 2}
+    for i in range(2, 4):
+        cache.apply_pod("ADDED", _gang_pod(i, {"nodeName": "n2"}, ready_pod))
+    cache.release_reservations(now=3.0)
+    assert "ns/a" not in cache.reservations
+    assert cache.placement(record, now=3.0) == {"n1": 2, "n2": 2}
