@@ -47,6 +47,7 @@ from policies.phase import NO_LIMITS, QueueLimits, is_managed_job, parse_queue_l
 from policies.readiness import Readiness, queue_readiness
 from policies.reasons import namespace_not_allowed
 from policies.selectors import LabelSelector
+from policies.vocabulary import GANG
 
 log = logging.getLogger("muster.cache")
 
@@ -110,6 +111,8 @@ class Cache:
     # Gang pods: bound ones per node, and how many are not bound yet.
     gang_bound: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
     gang_unbound: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    gang_succeeded: dict[str, set[str]] = field(default_factory=dict)
+    """Per gang, the uids of its succeeded pods (`succeeded_pods`)."""
     gang_waiting: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     """Per gang, its live pods waiting on the control plane (`gangs.pod_waits`)."""
     gated: dict[str, PodRecord] = field(default_factory=dict)
@@ -346,8 +349,9 @@ class Cache:
         admission = record.admission
         gang = f"{record.namespace}/{record.gang_label}"
         size = admission[1] if admission is not None else record.gang.size
-        placed = sum((self.gang_bound.get(gang) or {}).values()) + record.succeeded >= size
-        ready = record.reached_min or record.ready + record.succeeded >= record.gang.min
+        succeeded = self.succeeded_pods(record)
+        placed = sum((self.gang_bound.get(gang) or {}).values()) + succeeded >= size
+        ready = record.reached_min or self.ready_pods(record) + succeeded >= record.gang.min
         if ready and placed:
             return False
         expired = admission is not None and now - admission[0] > RESERVATION_TTL
@@ -367,6 +371,7 @@ class Cache:
         uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
         if not self._fresh("pod", uid, body):
             return
+        self._note_succeeded(event, uid, meta, body)
         old = self.pods.pop(uid, None)
         new = None if event == "DELETED" else pod_record(body)
         if new is not None and new.gated and new.gang is not None:
@@ -393,6 +398,22 @@ class Cache:
         if old is not None and old.node and (new is None or new.node != old.node):
             self.changed.set()
 
+    def _note_succeeded(
+        self, event: str | None, uid: str, meta: Mapping[str, Any], body: Mapping[str, Any]
+    ) -> None:
+        """Keep each gang's succeeded pods (the pod records drop them: they hold nothing)."""
+        label = (meta.get("labels") or {}).get(GANG)
+        if not label:
+            return
+        gang = f"{meta.get('namespace')}/{label}"
+        done = event != "DELETED" and (body.get("status") or {}).get("phase") == "Succeeded"
+        if done:
+            self.gang_succeeded.setdefault(gang, set()).add(uid)
+        elif uid in self.gang_succeeded.get(gang, ()):
+            self.gang_succeeded[gang].discard(uid)
+            if not self.gang_succeeded[gang]:
+                del self.gang_succeeded[gang]
+
     def _gang_pods_changed(self, gang: str) -> None:
         """For the history: when an admitted gang's minimum of pods is ready (its start; the
         Job's status.ready says so a moment later) and when its last live pod ends."""
@@ -418,6 +439,13 @@ class Cache:
         a gang must not be evicted for that)."""
         return max(record.ready, self.gang_ready.get(f"{record.namespace}/{record.gang_label}", 0))
 
+    def succeeded_pods(self, record: JobRecord) -> int:
+        """An admitted gang's succeeded pods: its Job's status.succeeded, or more if the pods
+        say so (the Job controller counts a finished pod only after removing its finalizer;
+        busy, it took over 30 s, and the gang looked below its minimum meanwhile)."""
+        gang = f"{record.namespace}/{record.gang_label}"
+        return max(record.succeeded, len(self.gang_succeeded.get(gang, ())))
+
     def gang_waits(self, record: JobRecord) -> bool:
         """Whether an admitted gang waits on the control plane: its Job not started since the
         admission (status.startTime, to the second) and no pod of it yet, or a pod of it
@@ -426,7 +454,9 @@ class Cache:
         if self.gang_waiting.get(gang, 0) > 0:
             return True
         start, admitted = record.start_time, record.admitted_at
-        has_pods = gang in self.gang_bound or gang in self.gang_unbound or record.succeeded > 0
+        has_pods = (
+            gang in self.gang_bound or gang in self.gang_unbound or gang in self.gang_succeeded
+        )
         started = start is not None and admitted is not None and start >= admitted - 1
         return not (started or has_pods)
 
@@ -437,7 +467,7 @@ class Cache:
         gang = f"{record.namespace}/{record.gang_label}"
         bound = sum((self.gang_bound.get(gang) or {}).values())
         unbound = self.gang_unbound.get(gang, 0)
-        return unbound + 2 * bound + self.gang_ready.get(gang, 0) + 3 * record.succeeded
+        return unbound + 2 * bound + self.gang_ready.get(gang, 0) + 3 * self.succeeded_pods(record)
 
     def _account(self, pod: PodRecord, sign: int) -> None:
         if pod.gang is not None and not pod.gated and (pod.target or pod.node):

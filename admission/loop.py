@@ -541,7 +541,7 @@ class Controller:
                     record.advanced_at,
                 ),
                 admitted_at=record.admitted_at,
-                ready=self.cache.ready_pods(record) + record.succeeded,
+                ready=self.cache.ready_pods(record) + self.cache.succeeded_pods(record),
                 minimum=record.gang.min,
                 timeout=self._clog_timeout(record),
                 now=now,

@@ -445,3 +445,18 @@ def test_an_elastic_gang_holds_its_plan_until_every_admitted_pod_is_bound() -> N
     cache.release_reservations(now=3.0)
     assert "ns/a" not in cache.reservations
     assert cache.placement(record, now=3.0) == {"n1": 2, "n2": 2}
+
+
+def test_succeeded_pods_count_before_the_job_controller_counts_them() -> None:
+    """A gang whose pod succeeded while its Job's status still says 0 succeeded (the Job
+    controller counts it after removing its finalizer) is not below its minimum."""
+    cache = Cache()
+    admitted = job("a", annotations={"muster.dev/admitted": format_admitted(1.0, 1)}, pods=1)
+    admitted["spec"]["suspend"] = False
+    cache.apply_job("ADDED", admitted)
+    record = cache.jobs["ns/a"]
+    cache.apply_pod("ADDED", _gang_pod(0, {"nodeName": "n1"}, {"phase": "Succeeded"}))
+    assert cache.succeeded_pods(record) == 1 and cache.ready_pods(record) == 0
+    assert not cache.gang_waits(record) and cache.start_measure(record) == 3
+    cache.apply_pod("DELETED", _gang_pod(0, {"nodeName": "n1"}, {"phase": "Succeeded"}))
+    assert cache.succeeded_pods(record) == 0
