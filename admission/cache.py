@@ -48,6 +48,7 @@ from policies.phase import NO_LIMITS, QueueLimits, is_managed_job, parse_queue_l
 from policies.readiness import Readiness, queue_readiness
 from policies.reasons import namespace_not_allowed
 from policies.selectors import LabelSelector
+from policies.vocabulary import GANG
 
 log = logging.getLogger("muster.cache")
 
@@ -111,6 +112,10 @@ class Cache:
     # Gang pods: bound ones per node, and how many are not bound yet.
     gang_bound: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
     gang_unbound: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    gang_succeeded: dict[str, set[str]] = field(default_factory=dict)
+    """Per gang, the uids of its succeeded pods (`succeeded_pods`)."""
+    gang_waiting: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """Per gang, its live pods waiting on the control plane (`gangs.pod_waits`)."""
     gated: dict[str, PodRecord] = field(default_factory=dict)
     gang_sent: dict[str, Counter[str]] = field(default_factory=dict)
     """Per gang, its live pods that are not gated, by the node they were sent to (their
@@ -206,6 +211,7 @@ class Cache:
         if old is not None and old.uid == new.uid:
             new.reached_min = old.reached_min
             new.below_min_since = old.below_min_since
+            new.advanced, new.advanced_at = old.advanced, old.advanced_at
             # Our admission PATCH may still be in flight (or this event predates it).
             if new.admitted_at is None and old.local_admit is not None and new.suspended:
                 new.local_admit = old.local_admit
@@ -248,6 +254,7 @@ class Cache:
         record.local_admit = (now, size)
         record.below_min_since = None
         record.reached_min = False
+        record.advanced, record.advanced_at = None, None
         if placement:
             self.reservations[record.key] = dict(placement)
         self.reasons.pop(record.key, None)
@@ -295,6 +302,7 @@ class Cache:
             record.evicted_reason, record.preempted_by = "Preempted", preemption[1]
         record.reached_min = False
         record.below_min_since = None
+        record.advanced, record.advanced_at = None, None
         self.reservations.pop(record.key, None)
         self.touch(record.key)
         self.changed.set()
@@ -343,22 +351,32 @@ class Cache:
         (`policies.lifecycle.check_clog`)."""
         record.reached_min = progress.reached_min
         record.below_min_since = progress.below_min_since
+        record.advanced, record.advanced_at = progress.advanced, progress.advanced_at
 
     def release_reservations(self, now: float) -> None:
-        """Drop the plans gangs no longer need held: once a gang's minimum is ready (its pods
-        show where it is), or RESERVATION_TTL after its admission."""
+        """Drop the plans gangs no longer need held (`_holds_plan`)."""
         for key in [k for k in self.reservations if not self._holds_plan(k, now)]:
             del self.reservations[key]
 
     def _holds_plan(self, key: str, now: float) -> bool:
+        """An admitted gang holds its planned nodes until its minimum is ready and every pod
+        it was admitted with is bound (its pods then show where it is: an elastic gang
+        admitted above its minimum still has pods coming to the nodes it was pinned to), or
+        RESERVATION_TTL after its admission unless its pods are still on their way
+        (`gang_waits`: a busy Job controller or scheduler; the clog clock bounds that wait)."""
         record = self.jobs.get(key)
         if record is None:
             return False
         admission = record.admission
-        ready = record.ready + record.succeeded >= record.gang.min
-        return not (
-            record.reached_min or ready or (admission and now - admission[0] > RESERVATION_TTL)
-        )
+        gang = f"{record.namespace}/{record.gang_label}"
+        size = admission[1] if admission is not None else record.gang.size
+        succeeded = self.succeeded_pods(record)
+        placed = sum((self.gang_bound.get(gang) or {}).values()) + succeeded >= size
+        ready = record.reached_min or self.ready_pods(record) + succeeded >= record.gang.min
+        if ready and placed:
+            return False
+        expired = admission is not None and now - admission[0] > RESERVATION_TTL
+        return not expired or self.gang_waits(record)
 
     def _learn_runtime(self, record: JobRecord) -> None:
         """A finished gang's runtime, start (the Job's startTime, else its admission) to end,
@@ -374,6 +392,7 @@ class Cache:
         uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
         if not self._fresh("pod", uid, body):
             return
+        self._note_succeeded(event, uid, meta, body)
         old = self.pods.pop(uid, None)
         new = None if event == "DELETED" else pod_record(body)
         if new is not None and new.gated and new.gang is not None:
@@ -400,6 +419,22 @@ class Cache:
         if old is not None and old.node and (new is None or new.node != old.node):
             self.changed.set()
 
+    def _note_succeeded(
+        self, event: str | None, uid: str, meta: Mapping[str, Any], body: Mapping[str, Any]
+    ) -> None:
+        """Keep each gang's succeeded pods (the pod records drop them: they hold nothing)."""
+        label = (meta.get("labels") or {}).get(GANG)
+        if not label:
+            return
+        gang = f"{meta.get('namespace')}/{label}"
+        done = event != "DELETED" and (body.get("status") or {}).get("phase") == "Succeeded"
+        if done:
+            self.gang_succeeded.setdefault(gang, set()).add(uid)
+        elif uid in self.gang_succeeded.get(gang, ()):
+            self.gang_succeeded[gang].discard(uid)
+            if not self.gang_succeeded[gang]:
+                del self.gang_succeeded[gang]
+
     def _gang_pods_changed(self, gang: str) -> None:
         """For the history: when an admitted gang's minimum of pods is ready (its start; the
         Job's status.ready says so a moment later) and when its last live pod ends."""
@@ -418,6 +453,42 @@ class Cache:
             and self.gang_ready.get(gang, 0) >= record.gang.min
         ):
             record.started_at = max(time.time(), adm[0])
+
+    def ready_pods(self, record: JobRecord) -> int:
+        """An admitted gang's ready pods: its Job's status.ready, or more if the pods say so
+        (the Job controller, busy, may update the Job's status long after its pods are ready;
+        a gang must not be evicted for that)."""
+        return max(record.ready, self.gang_ready.get(f"{record.namespace}/{record.gang_label}", 0))
+
+    def succeeded_pods(self, record: JobRecord) -> int:
+        """An admitted gang's succeeded pods: its Job's status.succeeded, or more if the pods
+        say so (the Job controller counts a finished pod only after removing its finalizer;
+        busy, it took over 30 s, and the gang looked below its minimum meanwhile)."""
+        gang = f"{record.namespace}/{record.gang_label}"
+        return max(record.succeeded, len(self.gang_succeeded.get(gang, ())))
+
+    def gang_waits(self, record: JobRecord) -> bool:
+        """Whether an admitted gang waits on the control plane: its Job not started since the
+        admission (status.startTime, to the second) and no pod of it yet, or a pod of it
+        waiting (`gangs.pod_waits`)."""
+        gang = f"{record.namespace}/{record.gang_label}"
+        if self.gang_waiting.get(gang, 0) > 0:
+            return True
+        start, admitted = record.start_time, record.admitted_at
+        has_pods = (
+            gang in self.gang_bound or gang in self.gang_unbound or gang in self.gang_succeeded
+        )
+        started = start is not None and admitted is not None and start >= admitted - 1
+        return not (started or has_pods)
+
+    def start_measure(self, record: JobRecord) -> int:
+        """How far an admitted gang's pods have come towards running, for the clog clock
+        (`policies.lifecycle.check_clog`'s `advanced`): each live pod counts once, once more
+        when bound, once more when ready; each succeeded pod three times."""
+        gang = f"{record.namespace}/{record.gang_label}"
+        bound = sum((self.gang_bound.get(gang) or {}).values())
+        unbound = self.gang_unbound.get(gang, 0)
+        return unbound + 2 * bound + self.gang_ready.get(gang, 0) + 3 * self.succeeded_pods(record)
 
     def _account(self, pod: PodRecord, sign: int) -> None:
         if pod.gang is not None and not pod.gated and (pod.target or pod.node):
@@ -446,6 +517,10 @@ class Cache:
                 self.gang_ready[pod.gang] += sign
                 if not self.gang_ready[pod.gang]:
                     del self.gang_ready[pod.gang]
+            if pod.waiting:
+                self.gang_waiting[pod.gang] += sign
+                if not self.gang_waiting[pod.gang]:
+                    del self.gang_waiting[pod.gang]
         if not pod.node:
             return
         add = pod.requests if sign > 0 else None

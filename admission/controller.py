@@ -230,6 +230,7 @@ class _Registration:
             concurrency=settings.write_concurrency,
             on_retry=lambda code: runtime.metrics.api_retries.labels(str(code)).inc(),
             on_event_dropped=runtime.metrics.events_dropped.inc,
+            on_write=lambda kind: runtime.metrics.writes.labels(kind).inc(),
         )
         controller = Controller(runtime.cache, writer, settings, runtime.metrics)
         runtime.controller = controller

@@ -203,6 +203,9 @@ class JobRecord:
     local_admit: tuple[float, int] | None = field(default=None)
     reached_min: bool = False
     below_min_since: float | None = None
+    advanced: int | None = None
+    """The clog clock's highest start measure of the gang's pods (policies.lifecycle)."""
+    advanced_at: float | None = None
     started_at: float | None = None
     """When the cache saw the admitted gang's minimum of pods ready (its start, for history)."""
 
@@ -523,6 +526,8 @@ class PodRecord:
     ref: str = ""  # "namespace/name"
     gated: bool = False  # held by muster's scheduling gate until muster names its node
     target: str = ""  # the kubernetes.io/hostname its nodeSelector names ("" if none)
+    waiting: bool = False
+    """Waiting on the control plane, not on capacity (`pod_waits`)."""
 
 
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
@@ -551,6 +556,22 @@ def pod_record(body: Mapping[str, Any]) -> PodRecord | None:
         ref=f"{meta.get('namespace')}/{meta.get('name')}",
         gated=any(g.get("name") == PLACEMENT_GATE for g in spec.get("schedulingGates") or []),
         target=(spec.get("nodeSelector") or {}).get(HOSTNAME, ""),
+        waiting=pod_waits(spec, status),
+    )
+
+
+def pod_waits(spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """A live pod that waits on the control plane rather than on capacity: not bound and not
+    (yet) found unschedulable by the scheduler (still gated, or in the scheduler's queue), or
+    bound and not reported on by its kubelet (no container status yet). The clog clock does
+    not run for a gang while one of its pods waits so (admission.loop, `_clog_clock`)."""
+    if status.get("phase") not in (None, "Pending"):
+        return False
+    if spec.get("nodeName"):
+        return not status.get("containerStatuses")
+    return not any(
+        c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+        for c in status.get("conditions") or []
     )
 
 

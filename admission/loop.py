@@ -80,6 +80,11 @@ class ControllerSettings:
     scheduler may place the pods anywhere they fit, and the plan may not be what runs)."""
     history_limit: int = 100_000
     """Gangs the history (/v1/history) keeps; the oldest go first (admission/history.py)."""
+    clog_progress: bool = True
+    """Time a clog from when the Job controller started the gang and from its pods' last
+    progress (created, bound, ready), not from its admission (policies.lifecycle.check_clog,
+    `started` and `advanced`): a gang a busy control plane is still starting is not evicted as
+    clogged. Off: from the admission, as Kueue's waitForPodsReady."""
     fail_rejected_after: float = REJECTED_GRACE
     """Seconds a gang must stay rejected (NeverFits, SizeRatioRejected) before it is marked
     Failed (policies.lifecycle.fails_rejected)."""
@@ -515,22 +520,47 @@ class Controller:
         queue = tree[record.queue] if tree is not None and record.queue in tree else None
         return clog_timeout(record.clog_timeout, queue)
 
+    def _clog_clock(self, record: JobRecord) -> dict[str, Any]:
+        """`check_clog`'s view of a gang's start (none with `clog_progress` off): whether it
+        waits on the control plane (`Cache.gang_waits`) and how far its pods have come."""
+        if not self.settings.clog_progress:
+            return {}
+        cache = self.cache
+        return {"advanced": cache.start_measure(record), "waiting": cache.gang_waits(record)}
+
     def _detect_clogs(self, now: float) -> None:
         for record in list(self.cache.jobs.values()):
             if record.admitted_at is None or record.finished or record.key in self.evicting:
                 continue
             check = check_clog(
-                Progress(record.reached_min, record.below_min_since),
+                Progress(
+                    record.reached_min,
+                    record.below_min_since,
+                    record.advanced,
+                    record.advanced_at,
+                ),
                 admitted_at=record.admitted_at,
-                ready=record.ready + record.succeeded,
+                ready=self.cache.ready_pods(record) + self.cache.succeeded_pods(record),
                 minimum=record.gang.min,
                 timeout=self._clog_timeout(record),
                 now=now,
+                **self._clog_clock(record),
             )
             self.cache.note_progress(record, check.progress)
             if check.evict is not None:
                 self.metrics.clogs.inc()
-                self._evict(record, check.evict, check.why, now)
+                self._evict(record, check.evict, f"{check.why}; {self._pods_seen(record)}", now)
+
+    def _pods_seen(self, record: JobRecord) -> str:
+        """What the cache holds of an evicted gang's pods, for the eviction's message."""
+        cache = self.cache
+        gang = f"{record.namespace}/{record.gang_label}"
+        bound = sum((cache.gang_bound.get(gang) or {}).values())
+        return (
+            f"pods: {bound + cache.gang_unbound.get(gang, 0)} live, {bound} bound, "
+            f"{cache.gang_ready.get(gang, 0)} ready, {cache.gang_waiting.get(gang, 0)} waiting on "
+            f"the control plane; Job status: {record.ready} ready, {record.succeeded} succeeded"
+        )
 
     def _detect_deadlocks(self, now: float) -> None:
         cache = self.cache

@@ -60,6 +60,13 @@ class ControllerMetrics:
         self.api_retries = Counter(
             "muster_api_retries_total", "API writes retried, by HTTP status.", ["code"], registry=r
         )
+        self.writes = Counter(
+            "muster_api_writes_total",
+            "API writes sent, by what they do (admit, place-pod, evict, restore, ...); retries "
+            "not counted.",
+            ["write"],
+            registry=r,
+        )
         self.wait = Histogram(
             "muster_admission_wait_seconds",
             "From submission to admission.",

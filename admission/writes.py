@@ -96,6 +96,7 @@ class Writer:
         attempts: int = 8,
         on_retry: Callable[[int], None] | None = None,
         on_event_dropped: Callable[[], None] | None = None,
+        on_write: Callable[[str], None] | None = None,
         event_backlog: int = 2000,
     ) -> None:
         self.client = client
@@ -108,6 +109,8 @@ class Writer:
         )
         self.on_retry = on_retry or (lambda code: None)
         self.on_event_dropped = on_event_dropped or (lambda: None)
+        self.on_write = on_write or (lambda kind: None)
+        """Told the kind of each write sent (admit, place-pod, evict, ...), retries not counted."""
         self._events: stdqueue.Queue[tuple[str, dict[str, Any]] | None] = stdqueue.Queue(
             event_backlog
         )
@@ -383,6 +386,7 @@ class Writer:
     ) -> Outcome:
         """One write to a Job, retried; its outcome. ``guarded``: a JSON Patch whose failed
         `test` (422) means the Job is not what the plan saw ("conflict")."""
+        self.on_write(what.replace(" ", "-"))
         try:
             self._retrying(f"{what} {job.namespace}/{job.name}", send)
         except ApiError as exc:
@@ -409,6 +413,7 @@ class Writer:
             raise
 
     def patch_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self.on_write("queue-status")
         try:
             self._retrying(
                 f"queue {name} status",
@@ -452,6 +457,7 @@ class Writer:
             if item is None:
                 return
             path, body = item
+            self.on_write("event")
             try:
                 self.client.create(path, body)
             except (ApiError, OSError) as exc:

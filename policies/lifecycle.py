@@ -9,7 +9,7 @@ a heap), and asks here what the rules say.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Literal
 
 from policies.decisions import Reason
@@ -25,6 +25,11 @@ DEFAULT_BACKOFF: Final = Backoff()
 JITTER: Final = (0.75, 1.25)
 """A requeue delay is scaled by a uniform factor in this range, so gangs evicted together do
 not all come back in the same cycle (the controller; the simulator runs without jitter)."""
+
+
+NOT_STARTED_LIMIT: Final = 10
+"""Clog timeouts after its admission during which a gang that waits on the control plane is
+not timed (`check_clog`'s `waiting`); past them the clock runs from the admission."""
 
 
 REJECTED_GRACE: Final = 300.0
@@ -62,6 +67,10 @@ class Progress:
     """It had its minimum ready (or succeeded) pods at some point since its admission."""
     below_min_since: float | None = None
     """Since when a gang that reached its minimum has been below it again."""
+    advanced: int | None = None
+    """The highest start measure seen (`check_clog`'s `advanced`); None: never measured."""
+    advanced_at: float | None = None
+    """When that measure last rose (its first measure counts as at the admission)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,16 +89,54 @@ def check_clog(
     minimum: int,
     timeout: float,
     now: float,
+    advanced: int | None = None,
+    waiting: bool = False,
 ) -> ClogCheck:
-    """The clog rule: an admitted gang with fewer than `minimum` ready pods for `timeout`
-    (counted from its admission, or from when it fell below a minimum it had reached) is
-    evicted. Evicted at `since + timeout` itself: the in-process engine checks at exactly
-    that instant, the controller at its next cycle after it."""
+    """The clog rule: an admitted gang with fewer than `minimum` ready pods for
+    `timeout` (counted from its admission, or from when it fell below a minimum it had
+    reached) is evicted. Evicted at `since + timeout` itself: the in-process engine checks at
+    exactly that instant, the controller at its next cycle after it.
+
+    Two keywords make the clock tell a slow control plane from a clog (the controller passes
+    both; the defaults are the rule above, which is Kueue's waitForPodsReady: from admission):
+
+    - `waiting`: the gang waits on the control plane, not on capacity: its Job controller has
+      not acted on the admission yet (no `status.startTime` for it, no pod), or a pod of it
+      has not been looked at by the scheduler yet (gated, or queued), or is bound and not yet
+      reported on by its kubelet. While it waits the clock does not run: a control plane busy
+      with a burst of a thousand Jobs takes its time, and that is not a clog. For at most
+      `NOT_STARTED_LIMIT` timeouts after the admission: a gang that waits forever (its Job
+      controller down, its pods refused, its node gone) must not hold an admission forever.
+    - `advanced`: how far the gang's pods have come towards running (the controller counts
+      each live pod once, once more when bound, once more when ready, each succeeded pod
+      three times: at most 3 x size). The clock of a gang that has not reached its minimum
+      then runs from the last time this measure rose above its highest so far: a gang whose
+      pods a busy control plane is still creating, binding and starting is slow, not clogged.
+      A clogged gang stops advancing (its pods exist and wait, unschedulable, behind others)
+      and is evicted `timeout` after its last advance; the measure counts only new highs, so
+      that is at most (3 x size + 1) timeouts (each plus the time between two checks) after
+      the start.
+
+    The first measure counts as taken at the last check that saw the gang waiting (or, if
+    none did, at the admission): a restarted controller times a gang from its admission
+    again, as without the keywords."""
+    overdue = waiting and now - admitted_at > NOT_STARTED_LIMIT * timeout
+    if waiting and not overdue and not progress.reached_min and ready < minimum:
+        return ClogCheck(replace(progress, advanced=None, advanced_at=now))
+    if advanced is not None and (progress.advanced is None or advanced > progress.advanced):
+        first = progress.advanced_at if progress.advanced_at is not None else admitted_at
+        at = first if progress.advanced is None else now
+        progress = replace(progress, advanced=advanced, advanced_at=at)
     if ready >= minimum:
-        return ClogCheck(Progress(True, None))
+        return ClogCheck(replace(progress, reached_min=True, below_min_since=None))
     if progress.reached_min and progress.below_min_since is None:
-        progress = Progress(True, now)
-    since = progress.below_min_since if progress.reached_min else admitted_at
+        progress = replace(progress, below_min_since=now)
+    if progress.reached_min:
+        since = progress.below_min_since
+    elif progress.advanced_at is not None and not overdue:
+        since = max(admitted_at, progress.advanced_at)
+    else:
+        since = admitted_at
     assert since is not None
     if now < since + timeout:
         return ClogCheck(progress)
@@ -98,6 +145,12 @@ def check_clog(
         f"{ready} of at least {minimum} pods ready after {format_duration(now - since)} "
         f"(clog timeout {format_duration(timeout)})"
     )
+    if reason == "Clogged" and since > admitted_at:
+        why = (
+            f"{ready} of at least {minimum} pods ready {format_duration(now - admitted_at)} "
+            f"after admission, none advancing for {format_duration(now - since)} "
+            f"(clog timeout {format_duration(timeout)})"
+        )
     return ClogCheck(progress, reason, why)
 
 

@@ -426,15 +426,33 @@ class KwokSession:
                 f"{muster.log_path}:\n{tail}"
             )
 
-    def plan_figures(self) -> tuple[int, float]:
-        """(admit cycles, seconds in them) from muster's metrics, when we run it."""
+    def _metrics(self) -> str:
+        """muster's metrics text ("" when we do not run it or it does not answer)."""
         muster = self.muster
         if muster is None or muster.metrics_url is None:
-            return 0, 0.0
+            return ""
         try:
             with urllib.request.urlopen(f"{muster.metrics_url}/metrics", timeout=5) as response:
-                text = response.read().decode()
+                return str(response.read().decode())
         except (OSError, urllib.error.URLError):
+            return ""
+
+    def write_figures(self) -> dict[str, float]:
+        """muster's API writes so far by kind (`muster_api_writes_total`), and its admissions
+        (`admitted`): the replay's writes per admitted gang are the difference of two."""
+        out: dict[str, float] = {}
+        for line in self._metrics().splitlines():
+            if line.startswith("muster_api_writes_total{"):
+                kind = line.split('write="', 1)[1].split('"', 1)[0]
+                out[kind] = out.get(kind, 0.0) + float(line.rsplit(" ", 1)[1])
+            elif line.startswith("muster_admitted_gangs_total{"):
+                out["admitted"] = out.get("admitted", 0.0) + float(line.rsplit(" ", 1)[1])
+        return out
+
+    def plan_figures(self) -> tuple[int, float]:
+        """(admit cycles, seconds in them) from muster's metrics, when we run it."""
+        text = self._metrics()
+        if not text:
             return 0, 0.0
         count, total = 0, 0.0
         for line in text.splitlines():
@@ -528,6 +546,10 @@ class KwokSession:
             self.ensure_muster()
         discard = last and self.cluster is not None and not self.settings.keep_cluster
         return _Replay(self, admission, progress).run(clean_up=not discard)
+
+
+def _difference(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
 
 
 def _process_cpu(pid: int) -> float:
@@ -628,6 +650,7 @@ class _Replay:
     def run(self, clean_up: bool = True) -> EngineResult:
         began = time.perf_counter()
         cpu_before = self.session.cpu_seconds()
+        writes_before = self.session.write_figures()
         client = self.client
         timeline = self.timeline
         for namespace in self.namespaces.values():
@@ -690,12 +713,13 @@ class _Replay:
             plan_seconds=plan_seconds,
         )
         cpu_after = self.session.cpu_seconds()
+        writes = _difference(self.session.write_figures(), writes_before)
         if self.admission == "muster":
             ended = sum(1 for r in result.gangs if r.state in (FINISHED, FAILED))
             self.session.save_history(list(self.namespaces.values()), ended)
         if clean_up:
             self._cleanup_namespaces()
-        self._record_figures(runner, result, cpu_before, cpu_after)
+        self._record_figures(runner, result, cpu_before, cpu_after, writes)
         self._log_start_latency()
         return result
 
@@ -725,9 +749,12 @@ class _Replay:
         result: EngineResult,
         cpu_before: dict[str, float],
         cpu_after: dict[str, float],
+        writes: dict[str, float],
     ) -> None:
-        """The replay's own figures (looks, submit lag, latencies, CPU) for the benches."""
+        """The replay's own figures (looks, submit lag, latencies, CPU, muster's writes per
+        admission) for the benches."""
         lags = sorted(self.timeline.lags)
+        admitted = writes.pop("admitted", 0.0)
         self.session.figures[self.admission] = {
             "looks": self.looks,
             "look_s_mean": round(self.look_seconds / self.looks, 4) if self.looks else None,
@@ -741,6 +768,12 @@ class _Replay:
                 name: round(cpu_after[name] - cpu_before.get(name, 0.0), 2) for name in cpu_after
             },
             "loadavg_1m_end": round(os.getloadavg()[0], 2),
+            "muster_writes": {kind: int(n) for kind, n in sorted(writes.items())},
+            "muster_writes_per_admission": (
+                {kind: round(n / admitted, 2) for kind, n in sorted(writes.items())}
+                if admitted
+                else None
+            ),
         }
 
     def _log_start_latency(self) -> None:

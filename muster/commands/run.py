@@ -164,6 +164,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pods wherever they fit, and what runs may differ from the plan; docs/concepts.md)",
     )
     parser.add_argument(
+        "--clog-from-admission",
+        action="store_true",
+        help="time a clog from the admission, as Kueue's waitForPodsReady, instead of from "
+        "when the Job controller started the gang and its pods last advanced (created, bound, "
+        "ready) (docs/concepts.md, 'Clogs')",
+    )
+    parser.add_argument(
         "--estimate-interval",
         type=float,
         default=5.0,
@@ -748,6 +755,7 @@ def _register_controller(registry: Any, client: KubeClient, args: argparse.Names
             admit_events=not args.no_admit_events,
             estimate_interval=args.estimate_interval,
             pin=not args.no_pin,
+            clog_progress=not args.clog_from_admission,
             history_limit=args.history_limit,
             fail_rejected_after=args.fail_rejected_after,
         ),

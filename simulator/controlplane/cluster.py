@@ -399,10 +399,10 @@ class LocalCluster:
             "--kube-api-qps=500",
             "--kube-api-burst=1000",
             "--concurrent-job-syncs=20",
-            # kwok posts 1000+ node heartbeats from one process; on a 2-core machine under a
-            # burst they can lag past the 50 s default, and the node lifecycle controller would
-            # then taint fake nodes unreachable and evict their pods. A simulator must not.
-            "--node-monitor-grace-period=5m",
+            # Fake nodes never fail: their heartbeats (kwok-stages.yaml, every 10-15 min, few
+            # writes) must never make the node lifecycle controller taint them unreachable and
+            # mark their pods not ready, however late a busy kwok posts them.
+            "--node-monitor-grace-period=1h",
             "--v=1",
         ]
 
@@ -448,6 +448,9 @@ class LocalCluster:
             f"--server-address=127.0.0.1:{port}",
             "--cidr=10.0.0.1/16",
             "--node-ip=10.0.0.1",
+            # At INFO kwok writes a JSON line for every pod and node PATCH it sends: 30,000
+            # lines in a replay of the mixed trace, on the cores the replay needs.
+            "--v=WARN",
         ]
 
     def _write_kubeconfig(self, pki: ClusterPki, port: int) -> None:

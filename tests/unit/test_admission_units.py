@@ -347,3 +347,116 @@ def test_a_young_gang_holds_its_plan_until_its_minimum_is_ready() -> None:
     assert cache.placement(record, now=2.0) == {"n2": 2, "n3": 2}
     (held,) = cache.snapshot(now=2.0).admitted
     assert sum(held.placement.values()) == 4
+
+
+def _gang_pod(i: int, spec: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"a-{i}",
+            "namespace": "ns",
+            "uid": f"p{i}",
+            "resourceVersion": str(100 + i),
+            "labels": {"muster.dev/gang": "a"},
+        },
+        "spec": {"containers": [{"resources": {"requests": {"cpu": "2"}}}], **spec},
+        "status": status,
+    }
+
+
+def test_a_gang_waits_on_the_control_plane_until_its_pods_are_tried_and_reported() -> None:
+    """The clog clock's view (Cache.gang_waits, start_measure): an admitted Job the Job
+    controller has not started waits; so does a gang with a pod in the scheduler's queue or
+    bound and not reported on by its kubelet; a pod the scheduler found unschedulable, or
+    one its kubelet reports on, does not wait. The measure rises with each step."""
+    cache = Cache()
+    admitted = job("a", annotations={"muster.dev/admitted": format_admitted(100.0, 2)}, pods=2)
+    admitted["spec"]["suspend"] = False
+    cache.apply_job("ADDED", admitted)
+    record = cache.jobs["ns/a"]
+    assert cache.gang_waits(record) and cache.start_measure(record) == 0
+    started = dict(admitted, status={"startTime": "1970-01-01T00:01:40Z"})
+    cache.apply_job("MODIFIED", started)
+    record = cache.jobs["ns/a"]
+    assert not cache.gang_waits(record)
+
+    queued = _gang_pod(0, {}, {"phase": "Pending"})
+    cache.apply_pod("ADDED", queued)
+    assert cache.gang_waits(record) and cache.start_measure(record) == 1
+    unschedulable = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+    }
+    cache.apply_pod("MODIFIED", _gang_pod(0, {}, unschedulable))
+    assert not cache.gang_waits(record) and cache.start_measure(record) == 1
+
+    cache.apply_pod("ADDED", _gang_pod(1, {"nodeName": "n1"}, {"phase": "Pending"}))
+    assert cache.gang_waits(record) and cache.start_measure(record) == 3
+    failing = {"phase": "Pending", "containerStatuses": [{"ready": False}]}
+    cache.apply_pod("MODIFIED", _gang_pod(1, {"nodeName": "n1"}, failing))
+    assert not cache.gang_waits(record)
+    ready = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    cache.apply_pod("MODIFIED", _gang_pod(1, {"nodeName": "n1"}, ready))
+    assert not cache.gang_waits(record) and cache.start_measure(record) == 4
+
+
+def test_a_job_started_before_this_admission_has_not_started_for_it() -> None:
+    """status.startTime of an earlier run (a re-admitted Job whose resume the Job controller
+    has not seen yet) does not count: the gang still waits for its Job controller."""
+    cache = Cache()
+    admitted = job(
+        "a",
+        annotations={"muster.dev/admitted": format_admitted(500.0, 2)},
+        pods=2,
+        startTime="1970-01-01T00:01:40Z",
+    )
+    admitted["spec"]["suspend"] = False
+    cache.apply_job("ADDED", admitted)
+    assert cache.gang_waits(cache.jobs["ns/a"])
+
+
+def test_an_elastic_gang_holds_its_plan_until_every_admitted_pod_is_bound() -> None:
+    """Admitted at 4 with a minimum of 2: once 2 pods are bound and ready its minimum is, but
+    the other 2 are still coming to the nodes they are pinned to, so the plan stays held (it
+    was released at the minimum, and the planner gave those nodes to GPU gangs that then
+    deadlocked with it on the kwok replay of mixed-queues)."""
+    cache = Cache()
+    for name in ("n1", "n2"):
+        body = {"metadata": {"name": name}, "status": {"allocatable": {"cpu": "4", "pods": "9"}}}
+        cache.apply_node("ADDED", body)
+    admitted = job(
+        "a",
+        annotations={"muster.dev/admitted": format_admitted(1.0, 4), "muster.dev/min-members": "2"},
+    )
+    admitted["spec"]["suspend"] = False
+    admitted["spec"]["completionMode"] = "Indexed"
+    cache.apply_job("ADDED", admitted)
+    cache.reservations["ns/a"] = {"n1": 2, "n2": 2}
+    ready_pod = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    for i in range(2):
+        cache.apply_pod("ADDED", _gang_pod(i, {"nodeName": "n1"}, ready_pod))
+    cache.apply_job(
+        "MODIFIED", dict(admitted, status={"ready": 2, "startTime": "1970-01-01T00:00:01Z"})
+    )
+    record = cache.jobs["ns/a"]
+    cache.release_reservations(now=2.0)
+    assert cache.placement(record, now=2.0) == {"n1": 2, "n2": 2}
+    for i in range(2, 4):
+        cache.apply_pod("ADDED", _gang_pod(i, {"nodeName": "n2"}, ready_pod))
+    cache.release_reservations(now=3.0)
+    assert "ns/a" not in cache.reservations
+    assert cache.placement(record, now=3.0) == {"n1": 2, "n2": 2}
+
+
+def test_succeeded_pods_count_before_the_job_controller_counts_them() -> None:
+    """A gang whose pod succeeded while its Job's status still says 0 succeeded (the Job
+    controller counts it after removing its finalizer) is not below its minimum."""
+    cache = Cache()
+    admitted = job("a", annotations={"muster.dev/admitted": format_admitted(1.0, 1)}, pods=1)
+    admitted["spec"]["suspend"] = False
+    cache.apply_job("ADDED", admitted)
+    record = cache.jobs["ns/a"]
+    cache.apply_pod("ADDED", _gang_pod(0, {"nodeName": "n1"}, {"phase": "Succeeded"}))
+    assert cache.succeeded_pods(record) == 1 and cache.ready_pods(record) == 0
+    assert not cache.gang_waits(record) and cache.start_measure(record) == 3
+    cache.apply_pod("DELETED", _gang_pod(0, {"nodeName": "n1"}, {"phase": "Succeeded"}))
+    assert cache.succeeded_pods(record) == 0
