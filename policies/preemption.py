@@ -117,20 +117,21 @@ def preempt(
             continue
         floor = cycle.floor(gang)
         chosen: list[_Victim] = []
-        placement: dict[int, int] | None = None
+        fitted: tuple[int, dict[int, int]] | None = None
         for victim in candidates:
             chosen.append(victim)
-            placement = _fits(cycle, gang, fit, queue, chosen, free, floor)
-            if placement is not None:
+            fitted = _fits(cycle, gang, fit, queue, chosen, free, floor)
+            if fitted is not None:
                 break
-        if placement is None:
+        if fitted is None:
             continue
         # The fewest victims: drop each one the preemptor does without, latest chosen first.
         for victim in list(reversed(chosen[:-1])):
             rest = [v for v in chosen if v is not victim]
             without = _fits(cycle, gang, fit, queue, rest, free, floor)
             if without is not None:
-                chosen, placement = rest, without
+                chosen, fitted = rest, without
+        size, placement = fitted
         for victim in chosen:
             preempted[victim.admitted.gang.id] = reasons.preempted(gang.id, victim.rule)
             cycle.give_back(victim.leaf, victim.demand)
@@ -143,7 +144,7 @@ def preempt(
             vector = _free(cycle, free, n)
             for i in fit.nonzero:
                 vector[i] -= fit.request[i] * pods
-        admit(gang, fit, sum(placement.values()), {names[n]: p for n, p in placement.items()})
+        admit(gang, fit, size, {names[n]: p for n, p in placement.items()})
         admitted_now.add(gang.id)
     return preempted
 
@@ -226,9 +227,10 @@ def _fits(
     victims: Sequence[_Victim],
     free: dict[int, list[int]],
     floor: int,
-) -> dict[int, int] | None:
-    """Where ``gang`` goes (node id -> pods, at least ``floor`` and at most its size) with the
-    victims' quota and capacity given back; None if it does not fit."""
+) -> tuple[int, dict[int, int]] | None:
+    """How many pods of ``gang`` (at least ``floor``, at most its size) go where (node id ->
+    pods; no nodes for a node-blind queue, which admits on quota alone) with the victims'
+    quota and capacity given back; None if it does not fit."""
     for victim in victims:
         cycle.quota.add(victim.leaf, [(i, -amount) for i, amount in victim.demand])
     try:
@@ -239,7 +241,7 @@ def _fits(
     if pods < floor:
         return None
     if not queue.node_fit:
-        return {}
+        return pods, {}
     released: dict[int, list[int]] = {}
     for victim in victims:
         for n, request, count in victim.nodes:
@@ -265,4 +267,4 @@ def _fits(
             placed += take
             if placed >= pods:
                 break
-    return placement if placed >= floor else None
+    return (placed, placement) if placed >= floor else None

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from policies import AdmittedGang, Gang, Queue, QueueTree, Snapshot, plan
+from policies import AdmittedGang, Gang, Queue, QueueTree, Resources, Snapshot, plan
 from policies.model import Preemption
-from tests.unit.test_planner import admitted_ids, cluster, gang, run
+from tests.unit.test_planner import CPU, admitted_ids, cluster, gang, run
 
 
 def held(g: Gang, nodes: Mapping[str, int], at: float = 0.0) -> AdmittedGang:
@@ -149,3 +149,29 @@ def test_the_same_snapshot_gives_the_same_preemptions() -> None:
     )
     first = plan(snapshot)
     assert plan(snapshot).preempted == first.preempted
+
+
+def test_a_node_blind_preemptor_is_admitted_whole() -> None:
+    """A queue without node fit admits on quota alone: a preemptor there gets its whole size
+    and no placement (it was once recorded with size 0, the sum of an empty placement)."""
+    tree = QueueTree.build(
+        [
+            Queue("org", nominal=Resources(cpu=32 * CPU), size_ratio=None),
+            Queue("a", parent="org", size_ratio=None),
+            Queue(
+                "b",
+                parent="org",
+                weight=2,
+                size_ratio=None,
+                preemption=Preemption(reclaim_within_cohort="Any"),
+                node_fit=False,
+            ),
+        ]
+    )
+    decisions = run(
+        [gang("wants", 8, 2, queue="b", t=10)], tree, admitted=queue_a_holds_everything()
+    )
+    assert admitted_ids(decisions) == ["ns/wants"]
+    (admission,) = decisions.admitted
+    assert (admission.size, admission.placement) == (2, {})
+    assert sorted(decisions.preempted) == ["ns/a2", "ns/a3"]
