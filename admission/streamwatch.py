@@ -80,7 +80,9 @@ class StreamWatch:
         self._stream: WatchStream | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self, resource_version: int) -> None:
+    def start(self, resource_version: int | None) -> None:
+        """Follow the collection from `resource_version`; None: LIST it first (`relist`), then
+        follow it from that list's version."""
         self._thread = threading.Thread(
             target=self._run, args=(resource_version,), name=f"muster-{self.name}", daemon=True
         )
@@ -99,12 +101,12 @@ class StreamWatch:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def _run(self, resource_version: int) -> None:
+    def _run(self, resource_version: int | None) -> None:
         version = resource_version
         delay = 0.5
         while not self._stopped.is_set():
             try:
-                version = self._stream_from(version)
+                version = self._relist() if version is None else self._stream_from(version)
                 delay = 0.5
             except ApiError as exc:
                 if exc.status == 410:
@@ -152,6 +154,6 @@ class StreamWatch:
 
     def _relist(self) -> int:
         items, version = self.lister(self.client, self.path, self.params)
-        log.info("%s watch: history too old; listed %d again", self.name, len(items))
+        log.info("%s watch: listed %d (to begin, or history too old)", self.name, len(items))
         self.relist(items, version)
         return version

@@ -4,7 +4,8 @@ Namespaces (their default-queue label), Queues (names, `spec.limits`, and the sp
 reads, for `webhook.neverfits`) and MiniClusters (their stamps, and their phase for
 `webhook.backlog`: pending gangs per queue, for the limits) are watched with `@kopf.on.event`,
 which writes nothing to the objects. Managed Jobs, far busier, reach the backlog through a lean
-stream that `muster run` starts (`admission.streamwatch`); Nodes reach the never-fits check
+stream that `muster run` runs while some Queue sets `spec.limits` (`admission.streamwatch`;
+the backlog serves nothing else); Nodes reach the never-fits check
 through another. `muster run` fills the state with one LIST of each before the server starts,
 so the first review already sees the whole cluster.
 
@@ -181,7 +182,7 @@ def register_kopf_mutate(
 
 def register_watches(registry: kopf.OperatorRegistry, state: WebhookState) -> None:
     """Keep `state` current from kopf's watches of namespaces, Queues and MiniClusters (managed
-    Jobs: `muster run` streams them into `state.backlog`)."""
+    Jobs: `muster run` streams them into `state.backlog` while some Queue sets limits)."""
 
     @kopf.on.event("namespaces", registry=registry)
     def watch_namespace(type: str | None, name: str, labels: Mapping[str, str], **_: Any) -> None:
@@ -202,6 +203,7 @@ def register_watches(registry: kopf.OperatorRegistry, state: WebhookState) -> No
             else:
                 queues.add(name)
                 set_queue(state, body)
+            state.note_limits_changed()
 
     @kopf.on.event(*MINICLUSTER_RESOURCE, registry=registry)
     def watch_minicluster(

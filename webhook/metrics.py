@@ -33,12 +33,15 @@ class _WebhookCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily(
             "muster_webhook_pending_gangs",
-            "Pending gangs per queue as the webhook counts them against spec.limits: stored, "
-            "not admitted, not finished, plus creates it allowed that its watch has not shown.",
+            "Pending gangs per queue with spec.limits as the webhook counts them against the "
+            "limits: stored, not admitted, not finished, plus creates it allowed that its watch "
+            "has not shown.",
             labels=["queue"],
         )
         depths = dict(self.state.backlog.depths())
-        for queue in sorted(set(depths) | set(self.state.queues or ()) | set(self.state.limits)):
+        # Only the limited queues: the webhook follows managed Jobs only while some Queue sets
+        # limits (muster.commands.run.ManagedJobs); muster_pending_gangs counts every queue.
+        for queue in sorted(self.state.limits):
             depth.add_metric([queue], float(depths.get(queue, 0)))
         yield depth
         refusals = CounterMetricFamily(

@@ -47,6 +47,13 @@ class WebhookState:
     """Pending gangs per queue and namespace, fed by the Job and MiniCluster watches."""
     never_fits: NeverFitsCheck = field(default_factory=NeverFitsCheck)
     """The Queues' specs and the Nodes, to tell a gang that can never run (issue #15)."""
+    limits_changed: Callable[[], None] | None = None
+    """Called after a Queue's `spec.limits` came, changed or went (`muster run` follows the
+    managed Jobs only while some Queue sets limits)."""
+
+    def note_limits_changed(self) -> None:
+        if self.limits_changed is not None:
+            self.limits_changed()
 
     def known_queues(self) -> Collection[str] | None:
         return self.queues

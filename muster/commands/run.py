@@ -28,6 +28,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -278,9 +279,10 @@ def unregister_configuration(client: KubeClient, url: str) -> bool:
     return True
 
 
-def load_state(client: KubeClient) -> tuple[WebhookState, int]:
-    """One LIST each of namespaces, Queues, managed Jobs (in pages) and MiniClusters (absent
-    CRDs are fine); and the Jobs' collection version, to watch them on from."""
+def load_state(client: KubeClient) -> tuple[WebhookState, int | None]:
+    """One LIST each of namespaces, Queues, managed Jobs (in pages, only while some Queue sets
+    `spec.limits`: `ManagedJobs`) and MiniClusters (absent CRDs are fine); and the Jobs'
+    collection version, to watch them on from (None when they were not listed)."""
     state = WebhookState()
     for ns in client.get(kubeapi.NAMESPACES.path())["items"]:
         state.namespace_labels[ns["metadata"]["name"]] = dict(ns["metadata"].get("labels") or {})
@@ -292,6 +294,9 @@ def load_state(client: KubeClient) -> tuple[WebhookState, int]:
     except ApiError as exc:
         if exc.status != 404:
             raise
+    if not state.limits:
+        _load_miniclusters(client, state)
+        return state, None
     query = {**MANAGED_JOBS, "limit": "500"}
     jobs_version = 0
     while True:
@@ -305,6 +310,11 @@ def load_state(client: KubeClient) -> tuple[WebhookState, int]:
         if not token:
             break
         query["continue"] = token
+    _load_miniclusters(client, state)
+    return state, jobs_version
+
+
+def _load_miniclusters(client: KubeClient, state: WebhookState) -> None:
     try:
         for mc in client.get(MINICLUSTERS_PATH)["items"]:
             state.backlog.observe_minicluster(None, mc)
@@ -316,7 +326,71 @@ def load_state(client: KubeClient) -> tuple[WebhookState, int]:
     except ApiError as exc:
         if exc.status != 404:
             raise
-    return state, jobs_version
+
+
+class ManagedJobs:
+    """The webhook's stream of managed Jobs into its backlog, followed only while some Queue
+    sets `spec.limits`: the backlog serves nothing else, and following every event of every
+    managed Job doubled the webhook's CPU in a burst (docs/benchmarks.md, Controller CPU per
+    gang). `sync` is called whenever a Queue's limits change (`WebhookState.limits_changed`):
+    the first limit starts the stream with a LIST, the last one gone stops it and empties the
+    backlog's Jobs."""
+
+    def __init__(
+        self, client: KubeClient, state: WebhookState, listed_version: int | None = None
+    ) -> None:
+        self.client = client
+        self.state = state
+        self._listed_version = listed_version  # load_state's list of the Jobs (None: none)
+        self._lock = threading.Lock()
+        self._watch: StreamWatch | None = None
+
+    def start(self) -> None:
+        """Follow the Jobs if some Queue sets limits, from `load_state`'s list."""
+        self.sync(self._listed_version)
+
+    @property
+    def following(self) -> bool:
+        return self._watch is not None
+
+    def sync(self, listed_version: int | None = None) -> None:
+        """Start or stop the stream as the Queues' limits ask; `listed_version`: the Jobs were
+        just listed into the backlog at that version (`load_state`)."""
+        from admission.streamwatch import list_collection
+
+        with self._lock:
+            wanted = bool(self.state.limits)
+            if wanted and self._watch is None:
+                backlog = self.state.backlog
+                self._watch = StreamWatch(
+                    self.client,
+                    JOBS_PATH,
+                    MANAGED_JOBS,
+                    apply=backlog.observe_job,
+                    relist=lambda items, _version: backlog.relist_jobs(items),
+                    lister=list_collection,
+                    name="webhook-jobs",
+                )
+                self._watch.start(listed_version)
+                logging.info("following managed Jobs: a Queue sets spec.limits")
+            elif not wanted and self._watch is not None:
+                watch, self._watch = self._watch, None
+                threading.Thread(
+                    target=self._stop, args=(watch,), name="muster-webhook-jobs-stop", daemon=True
+                ).start()
+
+    def _stop(self, watch: StreamWatch) -> None:
+        watch.stop()
+        with self._lock:
+            if self._watch is None:  # no new stream meanwhile: forget the Jobs it counted
+                self.state.backlog.relist_jobs([])
+        logging.info("no Queue sets spec.limits: managed Jobs no longer followed")
+
+    def stop(self) -> None:
+        with self._lock:
+            watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()
 
 
 def load_nodes(client: KubeClient, state: WebhookState) -> int | None:
@@ -573,8 +647,7 @@ def _run_one(
     tmp = tempfile.TemporaryDirectory(prefix="muster-webhook-")
     certfile, keyfile, ca_bundle = _webhook_tls(args, Path(tmp.name)) if webhook else ("", "", b"")
     client = KubeClient(credentials)
-    state, jobs_version = load_state(client) if webhook else (WebhookState(), 0)
-    watches = _webhook_watches(client, state, jobs_version) if webhook else []
+    state, watches, managed_jobs = _webhook_view(client, webhook)
     if webhook and state.queues is None:
         logging.warning(
             "Queue CRD not installed (kubectl apply -f manifests/crd/); queue names are not checked"
@@ -617,6 +690,7 @@ def _run_one(
     kopf.on.cleanup(registry=registry)(serving.stop)
     for watch, version in watches:
         watch.start(version)
+    managed_jobs.start()
     try:
         kopf.run(
             registry=registry,
@@ -630,6 +704,7 @@ def _run_one(
     finally:
         for watch, _version in watches:
             watch.stop()
+        managed_jobs.stop()
         client.close()
         tmp.cleanup()
     return 0
@@ -704,28 +779,26 @@ def _webhook_tls(args: argparse.Namespace, where: Path) -> tuple[str, str, bytes
     return args.tls_cert, args.tls_key, b""
 
 
-def _webhook_watches(
-    client: KubeClient, state: WebhookState, jobs_version: int
-) -> list[tuple[StreamWatch, int]]:
-    """The webhook's lean streams, each with the version to start from: managed Jobs into the
-    backlog (spec.limits), Nodes into the never-fits check (the planner's view: `node_from`).
+def _webhook_view(
+    client: KubeClient, webhook: bool
+) -> tuple[WebhookState, list[tuple[StreamWatch, int]], ManagedJobs]:
+    """The webhook's state, loaded (`load_state`), with its streams, not started yet; empty
+    without a webhook."""
+    if not webhook:
+        return WebhookState(), [], ManagedJobs(client, WebhookState())
+    state, jobs_version = load_state(client)
+    managed_jobs = ManagedJobs(client, state, jobs_version)
+    state.limits_changed = managed_jobs.sync
+    return state, _webhook_watches(client, state), managed_jobs
+
+
+def _webhook_watches(client: KubeClient, state: WebhookState) -> list[tuple[StreamWatch, int]]:
+    """The webhook's lean streams besides the managed Jobs (`ManagedJobs`), each with the
+    version to start from: Nodes into the never-fits check (the planner's view: `node_from`).
     Each runs on a thread of its own; what they feed is locked."""
     from admission.streamwatch import StreamWatch, list_collection
 
-    watches = [
-        (
-            StreamWatch(
-                client,
-                JOBS_PATH,
-                MANAGED_JOBS,
-                apply=state.backlog.observe_job,
-                relist=lambda items, _version: state.backlog.relist_jobs(items),
-                lister=list_collection,
-                name="webhook-jobs",
-            ),
-            jobs_version,
-        )
-    ]
+    watches: list[tuple[StreamWatch, int]] = []
     listed = load_nodes(client, state)
     if listed is not None:
         node_watch = StreamWatch(

@@ -64,9 +64,11 @@ def restart_mid_burst(
     with the same command line and data; muster must carry on by itself."""
     cluster = local_cluster(kubeconfig)
     pids = (muster.run.pid, webhook_pid(muster))
-    # A gang whose pod kwok never reports ready (its update cut by the kill) is evicted as
-    # Clogged after 2 minutes rather than the default 5 (see Burst.check).
-    spec = {"clogTimeout": "120s"}
+    # A gang whose pod kwok never reports on (its update cut by the kill) is evicted as Clogged
+    # once the clog clock gives up waiting on the control plane for it, NOT_STARTED_LIMIT clog
+    # timeouts after its admission (policies.lifecycle): with 60 s, 10 minutes, well inside
+    # BURST_TIMEOUT (see Burst.check), rather than the default's 50.
+    spec = {"clogTimeout": "60s"}
     with Burst(kube, namespace, jobs=2000, quota_cpu=QUOTA_CPU, queue_spec=spec) as burst:
         burst.start()
         burst.wait_created(500)

@@ -230,3 +230,42 @@ def test_negative_limit_is_refused_by_the_apiserver_with_the_field_named(
         kube.create(QUEUES, body)
     assert refused.value.status == 422
     assert "spec.limits.maxPending" in refused.value.message
+
+
+def test_limits_set_later_count_the_gangs_already_pending(
+    kube: KubeClient, muster: MusterProcess, namespace: str
+) -> None:
+    """The webhook follows managed Jobs only while some Queue sets limits: a limit added to a
+    queue that already holds pending gangs starts that stream with a LIST, so the gangs stored
+    before it count at once (and an unlimited queue has no webhook depth at all)."""
+    name = f"later-{os.getpid() % 10000}-{next(_COUNTER)}"
+    kube.create(
+        QUEUES,
+        {
+            "apiVersion": "muster.dev/v1alpha1",
+            "kind": "Queue",
+            "metadata": {"name": name},
+            "spec": {"nominal": {"cpu": "0"}},
+        },
+    )
+    try:
+        for i in range(3):
+            kube.create(jobs_path(namespace), labelled_job(f"early-{i}", name))
+        wait_for(
+            lambda: (kube.get(f"{QUEUES}/{name}").get("status") or {}).get("pending") == 3,
+            timeout=30,
+            what="the controller to count 3 pending gangs",
+        )
+        assert webhook_metric(muster, "muster_webhook_pending_gangs", queue=name) is None
+        kube.patch(f"{QUEUES}/{name}", {"spec": {"limits": {"maxPending": 3}}})
+        wait_for(
+            lambda: webhook_metric(muster, "muster_webhook_pending_gangs", queue=name) == 3,
+            timeout=30,
+            what="the webhook to count the 3 gangs stored before the limit",
+        )
+        with pytest.raises(ApiError) as refused:
+            kube.create(jobs_path(namespace), labelled_job("late", name))
+        assert refused.value.status == 429
+        assert f"queue {name} holds 3 pending gangs, its limit" in refused.value.message
+    finally:
+        kube.delete(f"{QUEUES}/{name}")
