@@ -17,7 +17,7 @@ from typing import Any
 from policies.kinds import JOB, MINICLUSTER, Kind, KindName
 from policies.kinds.fields import pointer
 from policies.model import Gang
-from policies.phase import NO_LIMITS, QueueLimits
+from policies.phase import QueueLimits
 from webhook.backlog import Backlog
 from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
 from webhook.decision import (
@@ -223,8 +223,12 @@ def _admit_gang(
     dry_run: bool,
 ) -> None:
     """Hold a new gang to its queue's `spec.limits`: raise QueueFull past them, else count it
-    as pending at once (the next review sees it before the watch does)."""
-    limits = state.limits.get(queue, NO_LIMITS)
+    as pending at once (the next review sees it before the watch does). A queue without limits
+    costs nothing here: nothing counts its gangs (`muster run` follows managed Jobs only while
+    some Queue sets limits, and a LIST then counts what is stored)."""
+    limits = state.limits.get(queue)
+    if limits is None:
+        return
     refusal = state.backlog.admit(kind, namespace, name, queue, limits, count=not dry_run)
     if refusal is not None:
         raise QueueFull(refusal.message)
