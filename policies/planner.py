@@ -645,12 +645,10 @@ def _reblock(heads: Sequence[str], views: Sequence[_View], out: dict[str, Reason
 
 
 def _holds_reservation(holder: str, out: dict[str, Reason]) -> None:
+    # Whatever it waits for by the time its turn comes (nodes, or quota or the size-ratio slot
+    # that gangs before it in the order took): it still holds the reservation.
     reason = out.get(holder)
-    if (
-        reason is not None
-        and reason.code == "NoFit"
-        and "holds a reservation" not in reason.message
-    ):
+    if reason is not None and "holds a reservation" not in reason.message:
         out[holder] = reasons.no_fit_reserving(reason)
 
 

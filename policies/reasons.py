@@ -190,7 +190,9 @@ def reserved_for_too_long(holder: str, limit: float, holder_wait: float) -> Reas
 
 
 def no_fit_reserving(reason: Reason) -> Reason:
-    """``reason`` (NoFit) of the big gang that holds the plan's reservation."""
+    """``reason`` of the big gang that holds the plan's reservation: NoFit, or for a holder
+    that has waited STARVATION_AFTER whatever stopped it when its turn came (quota, the
+    size-ratio slot, taken by gangs before it in the order)."""
     return Reason(
         reason.code,
         f"{reason.message}; holds a reservation: gangs after it in the policy's order keep off "

@@ -175,3 +175,26 @@ def test_a_node_blind_preemptor_is_admitted_whole() -> None:
     (admission,) = decisions.admitted
     assert (admission.size, admission.placement) == (2, {})
     assert sorted(decisions.preempted) == ["ns/a2", "ns/a3"]
+
+
+def test_a_later_preemptor_sees_the_shares_earlier_preemptors_left() -> None:
+    """Preemptors of one plan preempt one after the other: queue a loses a gang to b's
+    preemptor, and is then below b, so a's own preemptor may take a gang of b in the same plan.
+    (The property test once counted a's preempted gang as still held: a at 7/8 with its
+    preemptor, not below b's 7/16.)"""
+    reclaim = Preemption(fair_share="Reclaim")
+    tree = cohort(reclaim, a=reclaim)  # a weighs 1, b weighs 2: fair shares 1/3 and 2/3
+    # One node of 8 cpu, full: a holds 1 + 5 cpu (share 6/8), b holds 2 (2/8 / 2).
+    admitted = [
+        held(gang("a0", 1, 1, queue="a", t=0), {"n0": 1}),
+        held(gang("a1", 5, 1, queue="a", t=1), {"n0": 1}),
+        held(gang("b0", 2, 1, queue="b", t=2), {"n0": 1}),
+    ]
+    pending = [gang("wide", 5, 1, queue="b", t=10), gang("one", 1, 1, queue="a", t=11)]
+    decisions = run(pending, tree, nodes=cluster(1), admitted=admitted)
+    # b first (share with wide 7/16 < a's 7/8 with one): a1 makes room for wide. Then a holds
+    # 1/8 (2/8 with one), b 7/16: a's preemptor takes b0.
+    assert admitted_ids(decisions) == ["ns/wide", "ns/one"]
+    assert sorted(decisions.preempted) == ["ns/a1", "ns/b0"]
+    assert "preempted by ns/wide " in decisions.preempted["ns/a1"].message
+    assert "preempted by ns/one " in decisions.preempted["ns/b0"].message
