@@ -98,6 +98,22 @@ class Suspension:
     evictions: int
 
 
+@dataclass(slots=True)
+class _AdmittedMemo:
+    """What an admitted gang's `AdmittedGang` was made from at the last `admitted_gangs`."""
+
+    record: JobRecord
+    admission: tuple[float, int]
+    running: bool
+    pods: int
+    reserved: dict[str, int] | None
+    expired: bool | None
+    """Whether the reservation's TTL had passed, when the placement depended on it (the gang
+    not yet placed and ready: `Cache._plan_hold`); None when it did not."""
+    node_set: int
+    entry: AdmittedGang
+
+
 @dataclass
 class Cache:
     jobs: dict[str, JobRecord] = field(default_factory=dict)
@@ -156,6 +172,13 @@ class Cache:
     pods_ended: dict[str, float] = field(default_factory=dict)
     """Per gang ("namespace/gang label"): when its last live pod ended or went (its room was
     free then; the Job's Complete condition follows later), until its Job leaves the cache."""
+    _pod_events: int = 0
+    _gang_pods_seen: dict[str, int] = field(default_factory=dict)
+    """Per gang: the number of the last pod event of it (`_pod_events`), so `admitted_gangs`
+    knows whose pods changed since the last cycle."""
+    _node_set: int = 0
+    """Bumped when a node comes or goes (a held plan names only nodes the cache holds)."""
+    _admitted_memo: dict[str, _AdmittedMemo] = field(default_factory=dict)
 
     # -- change notification -------------------------------------------------------------
 
@@ -202,6 +225,7 @@ class Cache:
                 del self.jobs[key]
                 self.pods_ended.pop(f"{old.namespace}/{old.gang_label}", None)
                 self.gang_jobs.pop(f"{old.namespace}/{old.gang_label}", None)
+                self._gang_pods_seen.pop(f"{old.namespace}/{old.gang_label}", None)
                 self.reservations.pop(key, None)
                 self._rvs.pop(f"job:{key}", None)
                 self.touch(key)
@@ -367,6 +391,12 @@ class Cache:
         record = self.jobs.get(key)
         if record is None:
             return False
+        return self._plan_hold(record, now)[0]
+
+    def _plan_hold(self, record: JobRecord, now: float) -> tuple[bool, bool | None]:
+        """`_holds_plan` of `record`, and what of `now` it depended on: None for nothing,
+        else whether the reservation's TTL had passed (the answer can change with time alone
+        when that changes; after it, only with its pods or its Job)."""
         admission = record.admission
         gang = f"{record.namespace}/{record.gang_label}"
         size = admission[1] if admission is not None else record.gang.size
@@ -374,9 +404,9 @@ class Cache:
         placed = sum((self.gang_bound.get(gang) or {}).values()) + succeeded >= size
         ready = record.reached_min or self.ready_pods(record) + succeeded >= record.gang.min
         if ready and placed:
-            return False
+            return False, None
         expired = admission is not None and now - admission[0] > RESERVATION_TTL
-        return not expired or self.gang_waits(record)
+        return not expired or self.gang_waits(record), expired
 
     def _learn_runtime(self, record: JobRecord) -> None:
         """A finished gang's runtime, start (the Job's startTime, else its admission) to end,
@@ -392,7 +422,12 @@ class Cache:
         uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
         if not self._fresh("pod", uid, body):
             return
-        self._note_succeeded(event, uid, meta, body)
+        label = (meta.get("labels") or {}).get(GANG)
+        gang = f"{meta.get('namespace')}/{label}" if label else None
+        if gang is not None:
+            self._pod_events += 1
+            self._gang_pods_seen[gang] = self._pod_events
+            self._note_succeeded(event, uid, gang, body)
         old = self.pods.pop(uid, None)
         new = None if event == "DELETED" else pod_record(body)
         if new is not None and new.gated and new.gang is not None:
@@ -420,13 +455,9 @@ class Cache:
             self.changed.set()
 
     def _note_succeeded(
-        self, event: str | None, uid: str, meta: Mapping[str, Any], body: Mapping[str, Any]
+        self, event: str | None, uid: str, gang: str, body: Mapping[str, Any]
     ) -> None:
         """Keep each gang's succeeded pods (the pod records drop them: they hold nothing)."""
-        label = (meta.get("labels") or {}).get(GANG)
-        if not label:
-            return
-        gang = f"{meta.get('namespace')}/{label}"
         done = event != "DELETED" and (body.get("status") or {}).get("phase") == "Succeeded"
         if done:
             self.gang_succeeded.setdefault(gang, set()).add(uid)
@@ -546,6 +577,8 @@ class Cache:
         if node is not None:
             self.nodes[name] = node
         self._node_cache.pop(name, None)
+        if (old is None) != (node is None):
+            self._node_set += 1
         if old != node:
             self._capacity = None
             self.changed.set()
@@ -723,19 +756,23 @@ class Cache:
         pin fixes the nodes, not how many of the gang's pods each one gets, and that slack
         keeps room for the plan until the gang's minimum is ready. A gang whose minimum is
         ready holds just its bound pods (so a preemption frees what it really holds)."""
+        return self._placement(record, now)[0]
+
+    def _placement(self, record: JobRecord, now: float) -> tuple[dict[str, int], bool | None]:
+        """`placement`, and what of `now` it depended on (`_plan_hold`)."""
         bound = dict(self.gang_bound.get(f"{record.namespace}/{record.gang_label}", {}))
         admission = record.admission
         reserved = self.reservations.get(record.key)
         if reserved is None and admission is not None and record.pinned:
             reserved = record.pinned
         if reserved is None:
-            return bound
-        if not self._holds_plan(record.key, now):
-            return bound
-        for node, pods in reserved.items():
-            if node in self.nodes:
-                bound[node] = max(bound.get(node, 0), pods)
-        return bound
+            return bound, None
+        holds, expired = self._plan_hold(record, now)
+        if holds:
+            for node, pods in reserved.items():
+                if node in self.nodes:
+                    bound[node] = max(bound.get(node, 0), pods)
+        return bound, expired
 
     def pending_gangs(
         self,
@@ -755,18 +792,46 @@ class Cache:
 
     def admitted_gangs(self, now: float) -> list[AdmittedGang]:
         """Every admitted, unfinished gang as the planner holds it: its size and where it holds
-        room (`placement`)."""
-        return [
-            AdmittedGang(
-                gang=r.gang,
-                size=adm[1],
-                placement=self.placement(r, now),
-                admitted_at=adm[0],
-                running=r.reached_min,
-            )
-            for r in self.jobs.values()
-            if not r.finished and (adm := r.admission) is not None
-        ]
+        room (`placement`).
+
+        Called every cycle, with thousands of gangs admitted: a gang whose record, pods and
+        reservation are as at the last call, and whose reservation has not expired since (its
+        placement depends on the time and on which nodes exist only through `_plan_hold`, and
+        then on no node having come or gone), gets the same `AdmittedGang` object again (the
+        planner skips it: `Planner.add_admitted`), without working out its placement."""
+        memo = self._admitted_memo
+        kept: dict[str, _AdmittedMemo] = {}
+        out: list[AdmittedGang] = []
+        seen, node_set = self._gang_pods_seen, self._node_set
+        for key, r in self.jobs.items():
+            if r.finished or (adm := r.admission) is None:
+                continue
+            pods = seen.get(f"{r.namespace}/{r.gang_label}", 0)
+            reserved = self.reservations.get(key)
+            hit = memo.get(key)
+            if (
+                hit is None
+                or (hit.expired is not None and (now - adm[0] > RESERVATION_TTL) != hit.expired)
+                or hit.record is not r
+                or hit.admission != adm
+                or hit.running != r.reached_min
+                or hit.pods != pods
+                or hit.reserved is not reserved
+                or (hit.expired is not None and hit.node_set != node_set)
+            ):
+                placement, expired = self._placement(r, now)
+                entry = AdmittedGang(
+                    gang=r.gang,
+                    size=adm[1],
+                    placement=placement,
+                    admitted_at=adm[0],
+                    running=r.reached_min,
+                )
+                hit = _AdmittedMemo(r, adm, r.reached_min, pods, reserved, expired, node_set, entry)
+            kept[key] = hit
+            out.append(hit.entry)
+        self._admitted_memo = kept
+        return out
 
     def snapshot(
         self, now: float, refused: Mapping[str, Reason] | None = None, busy: Collection[str] = ()

@@ -529,8 +529,15 @@ class Controller:
         return {"advanced": cache.start_measure(record), "waiting": cache.gang_waits(record)}
 
     def _detect_clogs(self, now: float) -> None:
-        for record in list(self.cache.jobs.values()):
+        cache = self.cache
+        for record in list(cache.jobs.values()):
             if record.admitted_at is None or record.finished or record.key in self.evicting:
+                continue
+            ready = cache.ready_pods(record) + cache.succeeded_pods(record)
+            if record.reached_min and record.below_min_since is None and ready >= record.gang.min:
+                # Running at its minimum or above (most admitted gangs): `check_clog` would
+                # change only the clock's measure, which no one reads once the minimum was
+                # reached (a fall below it is timed from then: `below_min_since`).
                 continue
             check = check_clog(
                 Progress(
@@ -540,7 +547,7 @@ class Controller:
                     record.advanced_at,
                 ),
                 admitted_at=record.admitted_at,
-                ready=self.cache.ready_pods(record) + self.cache.succeeded_pods(record),
+                ready=ready,
                 minimum=record.gang.min,
                 timeout=self._clog_timeout(record),
                 now=now,

@@ -1533,6 +1533,8 @@ class Planner:
         same gang: e.g. ``running=True`` once it reached its minimum)."""
         gang_id = admitted.gang.id
         old = self._admitted.get(gang_id)
+        if old is admitted:
+            return  # the caller's unchanged record (`admission.cache.Cache.admitted_gangs`)
         if old is not None:
             if (
                 (old.gang is admitted.gang or old.gang == admitted.gang)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from admission.cache import Cache
 from admission.gangs import format_admitted
+from admission.pinning import encode_placement
 from admission.planfeed import PlanFeed
-from policies import Decisions, plan
+from policies import AdmittedGang, Decisions, plan
 
 STAMP = "2026-01-02T03:04:05.{:09d}Z/{:012d}"
 
@@ -66,6 +67,42 @@ def job(
     }
 
 
+def gang_pod(
+    name: str, gang: str, node_name: str, rv: int, phase: str = "Running", ready: bool = False
+) -> dict[str, Any]:
+    conditions = [{"type": "Ready", "status": "True"}] if ready else []
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": name,
+            "resourceVersion": str(rv),
+            "labels": {"muster.dev/gang": gang},
+        },
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"resources": {"requests": {"cpu": "1"}}}],
+        },
+        "status": {"phase": phase, "conditions": conditions},
+    }
+
+
+def admitted_from_scratch(cache: Cache, now: float) -> dict[str, tuple[Any, ...]]:
+    """`Cache.admitted_gangs` without its memo: every placement worked out again."""
+    out: dict[str, tuple[Any, ...]] = {}
+    for r in cache.jobs.values():
+        if not r.finished and (adm := r.admission) is not None:
+            entry = AdmittedGang(r.gang, adm[1], cache.placement(r, now), adm[0], r.reached_min)
+            out[r.gang.id] = (
+                entry.gang,
+                entry.size,
+                entry.placement,
+                entry.admitted_at,
+                entry.running,
+            )
+    return out
+
+
 def same(a: Decisions, b: Decisions) -> None:
     assert [(x.gang_id, x.size, dict(x.placement)) for x in a.admitted] == [
         (x.gang_id, x.size, dict(x.placement)) for x in b.admitted
@@ -80,6 +117,7 @@ OPS = st.lists(
         st.sampled_from(
             ["node", "queue", "create", "create", "create", "plan-admit", "bind", "finish"]
             + ["delete", "ready", "object-admit", "other-pod", "priority"]
+            + ["pod-ready", "pod-succeeded", "wait", "node-gone"]
         ),
         st.integers(0, 7),
         st.integers(1, 4),
@@ -90,8 +128,15 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(ops=OPS, policy=st.sampled_from(["drf", "strict-fifo", "fifo"]))
+# A pinned gang, one of its two pods bound, past the reservation's TTL: its pin is no longer held.
+@example(
+    ops=[("create", 1, 2, 1), ("object-admit", 0, 2, 1), ("bind", 0, 1, 1), ("wait", 0, 4, 1)],
+    policy="drf",
+)
+# A node the pin names goes: the pin is held on the nodes that remain.
+@example(ops=[("create", 1, 2, 1), ("object-admit", 0, 2, 1), ("node-gone", 1, 1, 1)], policy="drf")
 def test_the_fed_planner_decides_as_a_full_plan(
     ops: list[tuple[str, int, int, int]], policy: str
 ) -> None:
@@ -128,6 +173,10 @@ def test_the_fed_planner_decides_as_a_full_plan(
         elif op == "object-admit" and pick is not None and pick.admission is None:
             body = job(pick.name, pick.queue, pick.gang.size, 1, pick.gang.submitted.seq, rv, None)
             body["metadata"]["annotations"]["muster.dev/admitted"] = format_admitted(now, size)
+            if cpu % 2:
+                # Pinned (as after a restart): the planned nodes are held from the object.
+                pin = {f"n{(i + k) % 3}": 1 for k in range(size)}
+                body["metadata"]["annotations"]["muster.dev/placement"] = encode_placement(pin)
             body["spec"]["suspend"] = False
             body["spec"]["parallelism"] = body["spec"]["completions"] = pick.gang.size
             cache.apply_job("MODIFIED", body)
@@ -138,23 +187,20 @@ def test_the_fed_planner_decides_as_a_full_plan(
             cache.apply_job("MODIFIED", body)
         elif op == "bind" and pick is not None and pick.admission is not None:
             pods += 1
-            cache.apply_pod(
-                "ADDED",
-                {
-                    "metadata": {
-                        "name": f"p{pods}",
-                        "namespace": "ns",
-                        "uid": f"p{pods}",
-                        "resourceVersion": str(rv),
-                        "labels": {"muster.dev/gang": pick.gang_label},
-                    },
-                    "spec": {
-                        "nodeName": f"n{i % 3}",
-                        "containers": [{"resources": {"requests": {"cpu": "1"}}}],
-                    },
-                    "status": {"phase": "Running"},
-                },
-            )
+            cache.apply_pod("ADDED", gang_pod(f"p{pods}", pick.gang_label, f"n{i % 3}", rv))
+        elif op in ("pod-ready", "pod-succeeded") and pods:
+            # A pod of some gang (the p<k> of an earlier bind) becomes ready, or succeeds.
+            k = 1 + i % pods
+            pod = cache.pods.get(f"p{k}")
+            if pod is not None and pod.gang is not None:
+                gang = pod.gang.split("/", 1)[1]
+                phase = "Succeeded" if op == "pod-succeeded" else "Running"
+                body = gang_pod(f"p{k}", gang, pod.node, rv, phase, ready=op == "pod-ready")
+                cache.apply_pod("MODIFIED", body)
+        elif op == "wait":
+            now += 20.0 * size  # reservations age past their TTL
+        elif op == "node-gone":
+            cache.apply_node("DELETED", node(f"n{i % 4}", 8, rv))
         elif op == "other-pod":
             pods += 1
             cache.apply_pod(
@@ -181,6 +227,11 @@ def test_the_fed_planner_decides_as_a_full_plan(
         elif op == "delete" and pick is not None:
             cache.apply_job("DELETED", {"metadata": {"name": pick.name, "namespace": "ns"}})
         cache.release_reservations(now)  # as each cycle starts
+        memoized = {
+            a.gang.id: (a.gang, a.size, a.placement, a.admitted_at, a.running)
+            for a in cache.admitted_gangs(now)
+        }
+        assert memoized == admitted_from_scratch(cache, now)
         same(feed.plan(cache, now), plan(cache.snapshot(now), policy))
         # And the planner holds what the snapshot holds.
         assert feed.planner is not None
