@@ -46,8 +46,14 @@ class NeverFitsCheck:
     # -- what the watches feed -------------------------------------------------------------
 
     def set_queue(self, name: str, queue: Queue | None, error: str = "") -> None:
-        """A Queue's parsed spec, or None with the reason it could not be read."""
+        """A Queue's parsed spec, or None with the reason it could not be read.
+
+        The controller writes each Queue's status (usage, conditions) as it admits; such an
+        event leaves the spec as it was and keeps the screen (rebuilding it walks every node)."""
         with self._lock:
+            unchanged = name in self._queues and self._queues[name] == queue
+            if unchanged and (queue is not None or self._errors.get(name) == error):
+                return
             self._queues[name] = queue
             if queue is None:
                 self._errors[name] = error

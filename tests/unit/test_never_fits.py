@@ -168,6 +168,27 @@ def test_node_watch_events_change_the_room() -> None:
     assert "warnings" in review(state, job("prod", 9))
 
 
+def test_queue_status_events_keep_the_screen_and_spec_changes_rebuild_it() -> None:
+    """The controller writes each Queue's status as it admits; rebuilding the screen walks every
+    node, so an event that leaves the spec as it was must not cost a rebuild at the next create."""
+    state = state_with(queue("prod", nominal={"cpu": "4"}), nodes=2)
+    assert "warnings" in review(state, job("prod", 8))
+    screen = state.never_fits._screen
+    assert screen is not None
+    with_status = {**queue("prod", nominal={"cpu": "4"}), "status": {"usage": {"cpu": "1"}}}
+    set_queue(state, with_status)
+    assert state.never_fits._screen is screen
+    set_queue(state, queue("prod", nominal={"cpu": "8"}))
+    assert "warnings" not in review(state, job("prod", 8))
+    assert state.never_fits._screen is not screen
+    broken = queue("prod", nominal={"cpu": "-1"})
+    set_queue(state, broken)
+    assert "warnings" not in review(state, job("prod", 8))  # not Ready: its own message says why
+    errors = dict(state.never_fits._errors)
+    set_queue(state, queue("prod", nominal={"cpu": "-2"}))
+    assert state.never_fits._errors != errors  # a new reason is kept, though the spec is None
+
+
 def test_a_minicluster_too_big_is_warned_and_its_job_is_not_checked_again() -> None:
     state = state_with(queue("prod", nominal={"cpu": "4"}), nodes=10)
     response = review(state, minicluster("prod", 8), path=MINICLUSTER_PATH)
