@@ -368,6 +368,10 @@ def test_documented_bench_pipeline_runs_small() -> None:
     # muster ran in (b) only, and admitted every Job there.
     assert "muster" in figures["b"]["cpu_s"] and "muster" not in figures["a"]["cpu_s"]
     assert all(r["create_to_admitted_p99_s"] > 0 for r in figures["rounds"] if r["side"] == "b")
+    # The unmeasured warm-up pair (the burst's first Jobs: all 20 here) is reported apart.
+    assert [(r["round"], r["side"], r["completed"]) for r in figures["warmup"]] == [
+        (0, "a", 20), (0, "b", 20),
+    ]  # fmt: skip
     for key in ("ratio", "p99_vs_a", "goal_met", "load_avg_1m_start"):
         assert key in figures, key
 
