@@ -45,6 +45,11 @@ COMMANDS: tuple[Command, ...] = (
         ("bench", "admit"), "muster.bench.admit", "gangs admitted per second by the controller"
     ),
     Command(
+        ("bench", "pipeline"),
+        "muster.bench.pipeline",
+        "Jobs/s and create-to-running with muster against none, alternating",
+    ),
+    Command(
         ("bench", "status-estimate"),
         "muster.bench.status_estimate",
         "status service latency of a wait-time estimate with a large backlog",

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from admission import kubeapi
 from admission.crd import queue_crd
@@ -63,18 +63,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _job(name: str, queue: str | None, suspend: bool = False) -> dict[str, Any]:
+def job_body(
+    name: str, queue: str | None, suspend: bool = False, pods: int = 1, runtime: str = "2s"
+) -> dict[str, Any]:
+    """A Job of `pods` pods of 100m cpu that tolerate kwok's nodes and succeed after `runtime`
+    (kwok's Stage `muster-pod-complete`), labelled for `queue` when one is given."""
     labels = {"muster.dev/queue": queue} if queue else {}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name, "labels": labels},
         "spec": {
-            "parallelism": 1,
-            "completions": 1,
+            "parallelism": pods,
+            "completions": pods,
             "suspend": suspend,
             "template": {
-                "metadata": {"annotations": {"muster.dev/runtime": "2s"}},
+                "metadata": {"annotations": {"muster.dev/runtime": runtime}},
                 "spec": {
                     "restartPolicy": "Never",
                     "tolerations": [
@@ -96,7 +100,7 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-def _children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
     """Pids of the direct children of `pid` (muster's webhook process)."""
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -109,7 +113,7 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _cpu(pids: dict[str, int]) -> dict[str, float]:
+def cpu_of(pids: dict[str, int]) -> dict[str, float]:
     from simulator.controlplane.cluster import cpu_seconds
 
     out = {}
@@ -124,29 +128,46 @@ def _cpu(pids: dict[str, int]) -> dict[str, float]:
 def _create_many(
     client: KubeClient, namespace: str, names: list[str], queue: str, threads: int
 ) -> float:
-    path = kubeapi.JOBS.path(namespace)
-    first: list[float] = []
+    """Create one-pod Jobs named `names` for `queue`; return when the first create was sent."""
+    sent = create_jobs(client, namespace, [job_body(name, queue) for name in names], threads)
+    return min(created.sent for created in sent.values())
 
-    def create(name: str) -> None:
-        if not first:
-            first.append(time.time())
+
+class Created(NamedTuple):
+    """One Job created by `create_jobs`: when its create was sent, and the annotations of the
+    stored object (what the webhook stamped; None when a retried create found it created)."""
+
+    sent: float
+    annotations: dict[str, str] | None
+
+
+def create_jobs(
+    client: KubeClient, namespace: str, bodies: list[dict[str, Any]], threads: int
+) -> dict[str, Created]:
+    """Create the Jobs `bodies` from `threads` threads, retrying what the apiserver throttles or
+    fails; each Job's create time and stored annotations, by name."""
+    path = kubeapi.JOBS.path(namespace)
+
+    def create(body: dict[str, Any]) -> tuple[str, Created]:
+        name = body["metadata"]["name"]
+        sent = time.time()
         for attempt in range(20):
             try:
-                client.create(path, _job(name, queue))
-                return
+                stored = client.create(path, body)
+                return name, Created(sent, stored["metadata"].get("annotations") or {})
             except ApiError as exc:
                 if exc.status == 409:
-                    return
+                    return name, Created(sent, None)
                 if (exc.status < 500 and exc.status != 429) or attempt == 19:
                     raise
                 time.sleep(0.2)
+        raise AssertionError("unreachable")
 
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(create, names))
-    return first[0]
+        return dict(pool.map(create, bodies))
 
 
-def _start_muster(kubeconfig: Path, *flags: str) -> tuple[MusterRun, float]:
+def start_muster(kubeconfig: Path, *flags: str) -> tuple[MusterRun, float]:
     """Start `muster run --local` with `flags` (no status service); return it once it is
     ready, and when."""
     try:
@@ -213,12 +234,12 @@ def run(args: argparse.Namespace) -> int:
     ns, raw_ns, backlog_ns = f"bench-admit-{stamp}", f"bench-raw-{stamp}", f"bench-backlog-{stamp}"
     queues = [(ns, {}), (f"{ns}-full", {"nominal": {"cpu": "1m"}}), (backlog_ns, {})]
     try:
-        _create_namespaces_and_queues(client, (ns, raw_ns, backlog_ns), queues)
+        create_namespaces_and_queues(client, (ns, raw_ns, backlog_ns), queues)
         # 2. Raw PATCH/s of this apiserver, before muster adds load.
         raw_rate = _raw_patch_rate(client, raw_ns, args)
         say(f"raw PATCH/s: {raw_rate:.0f}")
         # 3. muster run --local (webhook in a child process, controller in the parent).
-        proc, _ = _start_muster(kubeconfig)
+        proc, _ = start_muster(kubeconfig)
         procs.append(proc)
         # 4. The burst: from the first create to the last admission.
         result = _burst(args, client, ns, proc, observed, watches, raw_rate, say)
@@ -254,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
             cluster.down(quiet=True)
 
 
-def _create_namespaces_and_queues(
+def create_namespaces_and_queues(
     client: KubeClient, namespaces: tuple[str, ...], queues: list[tuple[str, dict[str, Any]]]
 ) -> None:
     """Step 1's objects: the Queue CRD, the bench's namespaces and its queues."""
@@ -281,7 +302,7 @@ def _raw_patch_rate(client: KubeClient, raw_ns: str, args: argparse.Namespace) -
 
     raw_jobs = [f"raw-{i}" for i in range(64)]
     for name in raw_jobs:
-        client.create(kubeapi.JOBS.path(raw_ns), _job(name, None, True))
+        client.create(kubeapi.JOBS.path(raw_ns), job_body(name, None, True))
     raw = measure_patches(client, raw_ns, raw_jobs, args.patches, args.concurrency)
     return float(raw["patch_per_s"])
 
@@ -299,9 +320,9 @@ def _burst(
     """Step 4: create --jobs Jobs and time them to their admission; the result's figures."""
     pids = observed.component_pids() if observed is not None else {}
     pids["muster"] = proc.pid
-    for child in _children(proc.pid):
+    for child in child_pids(proc.pid):
         pids["muster-webhook"] = child
-    cpu_before = _cpu(pids)
+    cpu_before = cpu_of(pids)
     names = [f"g-{i:05d}" for i in range(args.jobs)]
     say(f"creating {args.jobs} Jobs from {args.submitters} threads ...")
     watch = AdmissionWatch(client, ns).start()
@@ -310,7 +331,7 @@ def _burst(
     created = time.time()
     times = watch.wait(args.jobs, 600)
     last = max(times) if times else time.time()
-    cpu_after = _cpu(pids)
+    cpu_after = cpu_of(pids)
     cpu = {k: round(cpu_after[k] - v, 1) for k, v in cpu_before.items() if k in cpu_after}
     gangs_per_s = len(times) / max(last - first, 1e-9)
     rss = _rss_mb(proc.pid)
@@ -347,7 +368,7 @@ def _backlog(
     say: Callable[[str], None],
 ) -> tuple[MusterRun, dict[str, Any]]:
     """Step 5: the backlog's figures, and the controller that admitted it (it runs on)."""
-    webhook, _ = _start_muster(kubeconfig, "--no-controller")
+    webhook, _ = start_muster(kubeconfig, "--no-controller")
     procs.append(webhook)
     backlog = [f"b-{i:05d}" for i in range(args.backlog)]
     say(f"creating a backlog of {args.backlog} Jobs with no controller running ...")
@@ -355,12 +376,12 @@ def _backlog(
     bwatch = AdmissionWatch(client, backlog_ns).start()
     watches.append(bwatch)
     started = time.time()
-    controller, ready = _start_muster(kubeconfig, "--no-webhook")
+    controller, ready = start_muster(kubeconfig, "--no-webhook")
     procs.append(controller)
-    cpu_start = _cpu({"muster": controller.pid})["muster"]
+    cpu_start = cpu_of({"muster": controller.pid})["muster"]
     btimes = bwatch.wait(args.backlog, 600)
     blast = max(btimes) if btimes else time.time()
-    bcpu = (_cpu({"muster": controller.pid}).get("muster") or 0.0) - cpu_start
+    bcpu = (cpu_of({"muster": controller.pid}).get("muster") or 0.0) - cpu_start
     # The controller admits before (or as) it is seen ready; count from its start.
     backlog_rate = len(btimes) / max(blast - min(ready, btimes[0] if btimes else ready), 1e-9)
     figures = {
@@ -395,6 +416,6 @@ def _rss_at_pending(
         "pending": args.rss_pending,
         "controller_rss_mb_at_pending": round(_rss_mb(proc.pid), 1),
     }
-    for child in _children(proc.pid):
+    for child in child_pids(proc.pid):
         figures["webhook_rss_mb_at_pending"] = round(_rss_mb(child), 1)
     return figures

@@ -15,6 +15,7 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -101,15 +102,19 @@ class _Round:
 
     def wait_until(self, webhook_active: bool, timeout: float = 30) -> None:
         """Create probe Jobs until the apiserver's webhook view matches what we want."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            _, stamped = self.create()
-            if stamped == webhook_active:
-                return
-            time.sleep(0.2)
-        raise TimeoutError(
-            f"apiserver did not {'start' if webhook_active else 'stop'} calling the webhook"
-        )
+        wait_for_webhook(lambda: self.create()[1], webhook_active, timeout)
+
+
+def wait_for_webhook(stamped: Callable[[], bool], active: bool, timeout: float = 30) -> None:
+    """Call `stamped` (a probe create: did muster's webhook stamp it?) until the apiserver calls
+    the webhook (`active`) or no longer does: its view of the configuration lags a
+    registration or a removal by a moment."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if stamped() == active:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"apiserver did not {'start' if active else 'stop'} calling the webhook")
 
 
 def _start_webhook(kubeconfig: Path, stack: ExitStack, server: str) -> dict[str, Any]:

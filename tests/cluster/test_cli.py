@@ -1,6 +1,7 @@
 """`muster queues`, `muster status` and `muster explain` against the real control plane, read both
 from the running controller's status service and from the API with only a kubeconfig; and the
-documented cluster commands that no other test runs (`muster cluster env`, `muster bench admit`).
+documented cluster commands that no other test runs (`muster cluster env`, `muster bench admit`,
+`muster bench pipeline`).
 
 The two sources must agree: the CLI's API reading builds the controller's cache and runs its
 planner, so for a waiting gang it must print the reason the controller itself recorded.
@@ -340,6 +341,39 @@ def test_documented_bench_admit_runs_small(tmp_path: Path) -> None:
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["jobs"] == figures["admitted"] == 20
     assert figures["gangs_per_s"] > 0 and figures["raw_patch_per_s"] > 0
+
+
+def test_documented_bench_pipeline_runs_small() -> None:
+    # On a control plane of its own, as bench admit: side (a) needs no webhook configuration,
+    # and the session's muster has one registered.
+    done = muster_cli(
+        "bench", "pipeline", "--jobs", "20", "--nodes", "10", "--rounds", "2",
+        "--runtime", "1-2", "--name", f"cli-pipeline-{os.getpid()}", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout[-2000:]
+    figures = json.loads(lines[0])
+    assert figures["jobs"] == 20 and 20 <= figures["pods"] <= 160
+    assert [(r["round"], r["side"]) for r in figures["rounds"]] == [
+        (1, "a"), (1, "b"), (2, "a"), (2, "b"),
+    ]  # fmt: skip
+    for r in figures["rounds"]:
+        assert r["completed"] == 20, r
+        assert r["create_to_running_p50_s"] <= r["create_to_running_p99_s"]
+    for side in ("a", "b"):
+        assert figures[side]["jobs_per_s"] > 0
+        assert figures[side]["create_to_running_p99_s"] > 0
+        assert figures[side]["cpu_s"]["kube-apiserver"] > 0
+    # muster ran in (b) only, and admitted every Job there.
+    assert "muster" in figures["b"]["cpu_s"] and "muster" not in figures["a"]["cpu_s"]
+    assert all(r["create_to_admitted_p99_s"] > 0 for r in figures["rounds"] if r["side"] == "b")
+    # The unmeasured warm-up pair (the burst's first Jobs: all 20 here) is reported apart.
+    assert [(r["round"], r["side"], r["completed"]) for r in figures["warmup"]] == [
+        (0, "a", 20), (0, "b", 20),
+    ]  # fmt: skip
+    for key in ("ratio", "p99_vs_a", "goal_met", "load_avg_1m_start"):
+        assert key in figures, key
 
 
 def test_documented_bench_apiserver_prints_patch_rates_per_concurrency(kubeconfig: Path) -> None:
