@@ -87,20 +87,13 @@ def gang_pod(
     }
 
 
-def admitted_from_scratch(cache: Cache, now: float) -> dict[str, tuple[Any, ...]]:
+def admitted_from_scratch(cache: Cache, now: float) -> dict[str, AdmittedGang]:
     """`Cache.admitted_gangs` without its memo: every placement worked out again."""
-    out: dict[str, tuple[Any, ...]] = {}
-    for r in cache.jobs.values():
-        if not r.finished and (adm := r.admission) is not None:
-            entry = AdmittedGang(r.gang, adm[1], cache.placement(r, now), adm[0], r.reached_min)
-            out[r.gang.id] = (
-                entry.gang,
-                entry.size,
-                entry.placement,
-                entry.admitted_at,
-                entry.running,
-            )
-    return out
+    return {
+        r.gang.id: AdmittedGang(r.gang, adm[1], cache.placement(r, now), adm[0], r.reached_min)
+        for r in cache.jobs.values()
+        if not r.finished and (adm := r.admission) is not None
+    }
 
 
 def same(a: Decisions, b: Decisions) -> None:
@@ -227,10 +220,7 @@ def test_the_fed_planner_decides_as_a_full_plan(
         elif op == "delete" and pick is not None:
             cache.apply_job("DELETED", {"metadata": {"name": pick.name, "namespace": "ns"}})
         cache.release_reservations(now)  # as each cycle starts
-        memoized = {
-            a.gang.id: (a.gang, a.size, a.placement, a.admitted_at, a.running)
-            for a in cache.admitted_gangs(now)
-        }
+        memoized = {a.gang.id: a for a in cache.admitted_gangs(now)}
         assert memoized == admitted_from_scratch(cache, now)
         same(feed.plan(cache, now), plan(cache.snapshot(now), policy))
         # And the planner holds what the snapshot holds.
