@@ -10,8 +10,8 @@ through another. `muster run` fills the state with one LIST of each before the s
 so the first review already sees the whole cluster.
 
 Two ways to serve the reviews, both calling the same pure decision (`webhook.decision`):
-- `register` (default, `muster run --webhook-server lean`): muster's own aiohttp endpoint
-  (`webhook.server`), which emits JSON patch ops only for the paths the decision sets;
+- `register` (default, `muster run --webhook-server lean`): muster's own small HTTP/1.1
+  endpoint (`webhook.server`), which emits JSON patch ops only for the paths the decision sets;
 - `register_kopf_mutate` (`--webhook-server kopf`): kopf's `@kopf.on.mutate` handlers on
   `kopf.WebhookServer`. kopf diffs a deep copy of the whole object to build its patch, which
   measured about twice the per-review CPU (docs/benchmarks.md), hence not the default.
