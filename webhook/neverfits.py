@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from admission.gangs import job_record, node_from
+from admission.gangs import gang_of, node_from
 from policies.decisions import Reason
 from policies.kinds import Kind
 from policies.model import Gang, NeverFitsAction, Node, PolicyError, Queue, QueueTree
@@ -144,10 +144,11 @@ def gang_at_create(
 ) -> Gang:
     """The gang the controller will read once `obj` is stored with the webhook's merge `patch`:
     `admission.gangs.job_record` of the object's Job (`Kind.gang_job`: a Job itself, a
-    MiniCluster's through the Job its operator makes from `spec.jobLabels`)."""
+    MiniCluster's through the Job its operator makes from `spec.jobLabels`), by `gang_of`,
+    its reader of the gang alone."""
     meta = dict(obj.get("metadata") or {})
     meta.setdefault("namespace", namespace)
-    return job_record(kind.gang_job(_merged({**obj, "metadata": meta}, patch))).gang
+    return gang_of(kind.gang_job(_merged({**obj, "metadata": meta}, patch)))
 
 
 def _merged(obj: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,15 @@ import pytest
 from admission.kubeapi import parse_warning
 from policies.model import PolicyError
 from policies.queuespec import parse_queue
+from policies.vocabulary import (
+    ELASTIC_AFTER,
+    GANG_KIND,
+    MIN_MEMBERS,
+    PREEMPTIONS,
+    PRIORITY,
+    RESTORE,
+    SUBMITTED,
+)
 from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
 from webhook.decision import WebhookSettings
 from webhook.handlers import set_queue
@@ -259,3 +268,47 @@ def test_patch_of_a_warned_job_still_suspends_it() -> None:
     state = state_with(queue("prod", nominal={"cpu": "4"}))
     ops = json.loads(base64.b64decode(review(state, job("prod", 8))["patch"]))
     assert {"op": "add", "path": "/spec/suspend", "value": True} in ops
+
+
+def _body(spec: dict[str, Any], labels: dict[str, str], annotations: dict[str, str]) -> Any:
+    template = {
+        "metadata": {"labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "m", "resources": {"requests": {"cpu": "2"}}}]},
+    }
+    return {
+        "metadata": {
+            "name": "j",
+            "namespace": "team",
+            "uid": "u",
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {"template": template, **spec},
+        "status": {"ready": 1},
+    }
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _body({"parallelism": 4}, {"muster.dev/queue": "q"}, {}),
+        _body(
+            {
+                "parallelism": 8,
+                "completions": 8,
+                "completionMode": "Indexed",
+                "activeDeadlineSeconds": 60,
+            },
+            {"muster.dev/queue": "q"},
+            {MIN_MEMBERS: "2", PRIORITY: "5", ELASTIC_AFTER: "30s", PREEMPTIONS: "1"},
+        ),
+        _body({"parallelism": 3}, {}, {SUBMITTED: "not a stamp", RESTORE: "garbled"}),
+        _body({"parallelism": 2}, {"muster.dev/queue": "q"}, {GANG_KIND: "MiniCluster"}),
+        _body({"parallelism": -1}, {"muster.dev/queue": "q"}, {MIN_MEMBERS: "x"}),
+    ],
+)
+def test_the_webhooks_gang_reader_reads_the_controllers_gang(body: Any) -> None:
+    """`gang_of` (the never-fits screen's reader) is `job_record(...).gang`, field for field."""
+    from admission.gangs import gang_of, job_record
+
+    assert gang_of(body) == job_record(body).gang
