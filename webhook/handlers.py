@@ -17,7 +17,7 @@ Two ways to serve the reviews, both calling the same pure decision (`webhook.dec
   measured about twice the per-review CPU (docs/benchmarks.md), hence not the default.
 
 Both serve TLS 1.2 or newer and reload a renewed certificate in place
-(`webhook.tls.ServingCertificate`).
+(`webhook.serving.ServingCertificate`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
 from webhook.decision import AdmissionRejected, WebhookSettings
 from webhook.review import WebhookState, decide
 from webhook.server import WebhookServer
-from webhook.tls import ServingCertificate
+from webhook.serving import ServingCertificate
 
 logger = logging.getLogger("muster.webhook")
 

@@ -3,7 +3,7 @@ operator's event loop, calling `review_response`.
 
 One route, `POST /{path}` (one path segment); the body is an AdmissionReview, the answer is built
 by the pure `webhook.review.review_response` from the in-memory `WebhookState`. TLS 1.2 or newer;
-a renewed certificate is picked up without a restart (`webhook.tls.ServingCertificate`).
+a renewed certificate is picked up without a restart (`webhook.serving.ServingCertificate`).
 
 Why not aiohttp (which served it until issue 17): the apiserver sends one small POST after
 another over a few kept-alive connections, and aiohttp's request machinery (a Request object,
@@ -27,7 +27,7 @@ from typing import cast
 from policies.submitted import SubmissionClock
 from webhook.decision import WebhookSettings
 from webhook.review import WebhookState, review_response
-from webhook.tls import RELOAD_INTERVAL, ServingCertificate
+from webhook.serving import RELOAD_INTERVAL, ServingCertificate
 
 logger = logging.getLogger("muster.webhook")
 

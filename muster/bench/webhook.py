@@ -196,6 +196,19 @@ def run(args: argparse.Namespace) -> int:
         except ApiError as exc:
             if exc.status != 404:
                 raise
+    line = _figures(args, samples, cpu, creates, webhook_pid)
+    print(json.dumps(line))
+    return 0
+
+
+def _figures(
+    args: argparse.Namespace,
+    samples: dict[str, list[float]],
+    cpu: dict[str, float],
+    creates: dict[str, int],
+    webhook_pid: int | None,
+) -> dict[str, Any]:
+    """The JSON line: latency with and without the webhook, and its process's CPU per review."""
     with_ = sorted(samples["with"])
     without = sorted(samples["without"])
     line = {
@@ -223,5 +236,4 @@ def run(args: argparse.Namespace) -> int:
             f"({cpu['with']:.2f} s over {creates['with']} reviews; {cpu['without']:.2f} s over "
             "the rounds without it)"
         )
-    print(json.dumps(line))
-    return 0
+    return line

@@ -752,7 +752,7 @@ def _register_webhook(
     from webhook.server import WebhookServer
 
     if args.webhook_server == "kopf":
-        from webhook.tls import ServingCertificate
+        from webhook.serving import ServingCertificate
 
         # kopf serves the @kopf.on.mutate handlers with muster's certificate (kopf's own
         # self-signed path needs oscrypto); muster writes the configuration, not kopf.

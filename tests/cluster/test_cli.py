@@ -411,3 +411,8 @@ def test_documented_bench_webhook_prints_latency_with_and_without(
     overhead = figures["p99_ms_with"] - figures["p99_ms_without"]
     assert figures["p99_overhead_ms"] == pytest.approx(overhead, abs=0.011)
     assert figures["jobs_per_side"] == 40
+    # Every create of the rounds with the webhook was a review: the 40 measured, and probes.
+    assert figures["reviews"] >= 40
+    assert figures["webhook_cpu_ms_per_review"] == pytest.approx(
+        figures["webhook_cpu_s_with"] * 1000 / figures["reviews"], rel=0.05, abs=0.01
+    )

@@ -31,7 +31,8 @@ from webhook.decision import WebhookSettings
 from webhook.handlers import kopf_server
 from webhook.review import WebhookState
 from webhook.server import WebhookServer
-from webhook.tls import CertificateAuthority, KeyPair, ServingCertificate
+from webhook.serving import ServingCertificate
+from webhook.tls import CertificateAuthority, KeyPair
 
 LOOPBACK = "127.0.0.1"
 
