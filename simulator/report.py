@@ -27,7 +27,11 @@ from simulator.records import (
 )
 from simulator.trace import Trace
 
-ENGINE_LABELS = {"none": "none (pod-level scheduler)", "muster": "muster (gang admission)"}
+ENGINE_LABELS = {
+    "none": "none (pod-level scheduler)",
+    "muster": "muster (gang admission)",
+    "external": "external (outside controller)",
+}
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
