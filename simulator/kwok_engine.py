@@ -807,6 +807,8 @@ class _Replay:
         if self.admission == "muster":
             ended = sum(1 for r in result.gangs if r.state in (FINISHED, FAILED))
             self.session.save_history(list(self.namespaces.values()), ended)
+        if self.admission == "external":
+            result.controller = self.settings.external.name
         if clean_up:
             self._cleanup_namespaces()
         self._record_figures(runner, result, cpu_before, cpu_after, writes)

@@ -50,6 +50,8 @@ class ExternalController:
     """Objects created in each replay namespace right after it, before any gang."""
     stall: float = DEFAULT_STALL
     """Wall seconds without any change after which the unfinished gangs are stuck."""
+    name: str | None = None
+    """What reports call the controller (`--external-name`, e.g. kueue); None: `external`."""
 
 
 def parse_label(text: str) -> tuple[str, str]:

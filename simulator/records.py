@@ -191,6 +191,8 @@ class EngineResult:
     horizon_reached: bool
     placement: Placement | None = None
     """The in-process engine's placement model; None: not modelled (the kwok engine)."""
+    controller: str | None = None
+    """Admission `external`: the outside controller's name for reports (`--external-name`)."""
 
 
 ProgressFn = Callable[[float, int, int], None]

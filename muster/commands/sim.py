@@ -255,6 +255,12 @@ def _add_external_arguments(parser: argparse.ArgumentParser) -> None:
         "out a requeue backoff the engine cannot see); --stall applies to muster and none",
     )
     group.add_argument(
+        "--external-name",
+        metavar="NAME",
+        help="what the report calls the other controller, e.g. kueue (default: external); "
+        "its rows and JSON key stay `external`",
+    )
+    group.add_argument(
         "--controller-pid",
         type=int,
         action="append",
@@ -431,12 +437,14 @@ def _external_controller(
             ("--label", args.label),
             ("--namespace-manifest", args.namespace_manifest),
             ("--external-stall", args.external_stall),
+            ("--external-name", args.external_name),
         )
         if value is not None and value != []
     ]
     if "external" not in engines:
         if given:
-            _stderr(f"muster sim: {', '.join(given)} only apply to --admission external")
+            verb = "applies" if len(given) == 1 else "apply"
+            _stderr(f"muster sim: {', '.join(given)} {verb} only to --admission external")
             return None
         if args.controller_pid and not args.external_muster:
             _stderr(
@@ -465,7 +473,9 @@ def _external_controller(
     except ExternalError as exc:
         _stderr(f"muster sim: {exc}")
         return None
-    return ExternalController(labels=labels, namespace_objects=objects, stall=stall)
+    return ExternalController(
+        labels=labels, namespace_objects=objects, stall=stall, name=args.external_name
+    )
 
 
 def _kwok_clog_floor(trace: Trace, args: argparse.Namespace) -> Trace:
@@ -620,7 +630,7 @@ def _finish(
     args: argparse.Namespace,
     figures: dict[str, dict[str, Any]] | None = None,
 ) -> int:
-    from simulator.report import ENGINE_LABELS, summarize, summary_rows, write_outputs
+    from simulator.report import engine_label, summarize, summary_rows, write_outputs
 
     try:
         report = write_outputs(trace, results, out_dir, policy=args.policy)
@@ -639,8 +649,8 @@ def _finish(
             + (f", placement {placement})" if placement else ")")
         )
         table.add_column("metric")
-        for name in summaries:
-            table.add_column(ENGINE_LABELS.get(name, name), justify="right")
+        for result in results:
+            table.add_column(engine_label(result), justify="right")
         for row in summary_rows(summaries):
             table.add_row(*row)
         for row in _controller_cpu_rows(list(summaries), figures or {}, args):

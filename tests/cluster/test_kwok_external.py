@@ -126,6 +126,8 @@ def replay(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> R
             str(folder / "manifest.yaml"),
             "--controller-pid",
             str(controller.pid),
+            "--external-name",
+            "fifo",
             "--time-scale",
             "20",
             # Ends a stuck replay in 30 s rather than the default 120 s.
@@ -147,7 +149,7 @@ def test_the_outside_controller_admits_every_gang(replay: Replay) -> None:
     summary = json.loads((replay.out / "summary.json").read_text())
     assert "muster" not in summary and "none" not in summary
     external = summary["external"]
-    assert external["admission"] == "external"
+    assert external["admission"] == "external" and external["controller"] == "fifo"
     assert external["gangs"] == 5 and external["finished"] == 5, external
     assert external["stuck_gangs"] == 0 and external["admitted"] == 5
     # Each gang was created suspended: the controller unsuspended every one of them, once.

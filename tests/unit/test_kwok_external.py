@@ -123,10 +123,14 @@ def _sim(tmp_path: Path, *args: str) -> int:
     [
         (["--admission", "external"], "needs --engine kwok"),
         (["--engine", "kwok", "--admission", "external"], "needs --kubeconfig"),
-        (["--engine", "kwok", "--label", "a=b", "@K"], "only apply to --admission external"),
+        (["--engine", "kwok", "--label", "a=b", "@K"], "applies only to --admission external"),
         (
             ["--engine", "kwok", "--admission", "both", "--external-stall", "5", "@K"],
-            "only apply to --admission external",
+            "applies only to --admission external",
+        ),
+        (
+            ["--engine", "kwok", "--admission", "muster", "--external-name", "kueue", "@K"],
+            "--external-name applies only",
         ),
         (["--engine", "kwok", "--controller-pid", "@PID", "@K"], "--controller-pid attributes"),
         (["--engine", "kwok", "--admission", "external", "--label", "a", "@K"], "KEY=VALUE"),
