@@ -763,14 +763,7 @@ class _Replay:
                     + "; ".join(self.pods.errors[-1:] + self.jobs.errors[-1:])
                 )
             gang_runner.start()
-            if any(o.kind == "MiniCluster" for o in self.objects):
-                for namespace in self.namespaces.values():
-                    self.reconcilers[namespace] = MiniClusterReconciler(
-                        KubeClient(client.credentials),
-                        namespace,
-                        interval=2.0,
-                        suspend=self.admission == "external",
-                    ).start()
+            self._start_reconcilers()
             # A short lead so the first submissions are not already late when the loop begins.
             timeline.start(time.time() + 0.2)
             dispatcher.start()
@@ -814,6 +807,19 @@ class _Replay:
         self._record_figures(runner, result, cpu_before, cpu_after, writes)
         self._log_start_latency()
         return result
+
+    def _start_reconcilers(self) -> None:
+        """The operator's stand-in, per namespace, when the trace has MiniClusters; with
+        `external` it creates their Jobs suspended, as the other controller's webhook would."""
+        if not any(o.kind == "MiniCluster" for o in self.objects):
+            return
+        for namespace in self.namespaces.values():
+            self.reconcilers[namespace] = MiniClusterReconciler(
+                KubeClient(self.client.credentials),
+                namespace,
+                interval=2.0,
+                suspend=self.admission == "external",
+            ).start()
 
     def _create_namespaces(self) -> None:
         """The replay's namespaces; with `external`, each with the namespace-manifest objects
