@@ -517,11 +517,14 @@ class Timeline:
         changed = False
         suspended = bool(spec.get("suspend"))
         if not suspended and seen.admitted_wall is None:
-            record.admitted_at = now
+            # The watch on Jobs can deliver the unsuspend after the gang runner saw the pods
+            # run (two streams): the admission came no later than the run's start.
+            at = wall if seen.run_started is None else min(wall, seen.run_started)
+            record.admitted_at = self.trace_time(at)
             if record.first_admitted is None:
-                record.first_admitted = now
+                record.first_admitted = record.admitted_at
             record.admitted_size = _int(str(spec.get("parallelism") or record.gang.size))
-            seen.admitted_wall = wall
+            seen.admitted_wall = at
             seen.created_wall = seen.bound_wall = seen.running_wall = None
             changed = True
         elif suspended and seen.admitted_wall is not None:

@@ -459,6 +459,21 @@ def test_timeline_records_an_external_admission_and_eviction() -> None:
     assert "admitted_to_started" in timeline.latency_figures()
 
 
+def test_an_external_admission_seen_after_the_run_began_is_dated_at_the_start() -> None:
+    trace = load("blog-burst")
+    timeline = Timeline(trace, expand(trace)[:1], "external", 25.0, {"default": "ns"})
+    timeline.start(0.0)
+    (gang,) = timeline.gangs
+    name = gang.gang.submitted.name
+    timeline.submitted(0, 0.0)
+    timeline.observe(1.0, [_suspended_job("ns", name, True)], [])
+    # The pods ran (the gang runner said so) before the Job watch showed the unsuspend.
+    timeline.run_started(("ns", name), 1.5, 3.0)
+    timeline.observe(1.6, [_suspended_job("ns", name, False)], [_pod("ns", name, "n", "Running")])
+    assert _state(gang) == RUNNING
+    assert gang.first_admitted == gang.started == pytest.approx(37.5)
+
+
 def test_an_external_gang_never_unsuspended_is_stuck_pending() -> None:
     trace = load("blog-burst")
     timeline = Timeline(trace, expand(trace)[:1], "external", 25.0, {"default": "ns"})
