@@ -5,8 +5,9 @@
 Every 0.2 s it lists the Jobs labelled KEY=VALUE and unsuspends them strictly in creation
 order while the pods of the Jobs it admitted and that have not finished fit in CAPACITY. The
 order is what the API tells: creationTimestamp, which has whole seconds, then the name; so
-Jobs created in the same second go by name (DESIGN.md: why muster stamps its own order). Like Kueue without a LocalQueue, it admits nothing in a namespace
-that has no ConfigMap named `fifo-queue` (what the test's --namespace-manifest creates).
+Jobs created in the same second go by name (DESIGN.md: why muster stamps its own order).
+Like Kueue without a LocalQueue, it admits nothing in a namespace that has no ConfigMap named
+`fifo-queue` (what the test's --namespace-manifest creates).
 It prints `admitted NAMESPACE/NAME` for each Job it unsuspends.
 """
 
