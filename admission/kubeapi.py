@@ -345,6 +345,31 @@ class KubeClient:
             self.requests_sent += 1
         return WatchStream(self, path, {**params, "timeoutSeconds": str(timeout_seconds)})
 
+    def resource_for(self, api_version: str, kind: str) -> Resource:
+        """Where objects of `kind` in `api_version` live (plural, scope), from the apiserver's
+        discovery document: for objects whose kind muster does not know in advance, such as
+        a user's manifest. LookupError when the apiserver serves no such kind."""
+        group, _, version = api_version.rpartition("/")
+        try:
+            listing = self.get(f"/apis/{api_version}" if group else f"/api/{version}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            raise LookupError(
+                f"the apiserver serves no API {api_version} (is its CRD installed?)"
+            ) from None
+        kinds: list[str] = []
+        for entry in listing.get("resources") or []:
+            plural = str(entry.get("name") or "")
+            if "/" in plural:
+                continue  # a subresource (status, scale)
+            if entry.get("kind") == kind:
+                return Resource(group, version, plural, namespaced=bool(entry.get("namespaced")))
+            kinds.append(str(entry.get("kind")))
+        raise LookupError(
+            f"API {api_version} has no kind {kind} (it has: {', '.join(sorted(kinds)) or 'none'})"
+        )
+
     def raw_get(self, path: str) -> tuple[int, bytes]:
         """GET a non-JSON endpoint (/readyz, /metrics); returns (status, body)."""
         conn = self._connection()

@@ -76,6 +76,7 @@ from simulator.records import (
     BACKING_OFF,
     FAILED,
     FINISHED,
+    IN_PROCESS_ADMISSIONS,
     PENDING,
     PLACEMENTS,
     RUNNING,
@@ -125,6 +126,12 @@ class Engine:
     def __init__(
         self, trace: Trace, config: EngineConfig, progress: ProgressFn | None = None
     ) -> None:
+        if config.admission not in IN_PROCESS_ADMISSIONS:
+            raise ValueError(
+                f"admission {config.admission!r} is not one of: "
+                f"{', '.join(IN_PROCESS_ADMISSIONS)} (an outside controller runs on a cluster: "
+                "--engine kwok --admission external)"
+            )
         if config.placement not in PLACEMENTS:
             raise ValueError(
                 f"placement {config.placement!r} is not one of: {', '.join(PLACEMENTS)} "

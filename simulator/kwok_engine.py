@@ -11,13 +11,15 @@ webhook and controller (`muster run --local`, a subprocess) in front. For one `r
    repository, else muster's stand-in: `minicluster_crd`), the trace's queues as Queue objects
    (durations compressed by the time scale), and muster (unless one is running already:
    `external_muster`);
-3. per admission (`none`, then `muster`): fresh namespaces; the MiniCluster reconciler and the
-   gang runner (a gang's pods work only once its minimum members run, so a node-blind or absent
-   gang admission clogs for real); submitters that create each gang's Job or MiniCluster at
-   its trace time ÷ time scale (with `none` without the `muster.dev/queue` label, so the
-   default scheduler alone places pods); a loop that LISTs the replay's Jobs and live Pods and
-   records what it sees (`simulator.kwok_timeline`), until every gang finished, nothing can
-   change any more (then the rest is stuck), or the horizon;
+3. per admission (`none`, then `muster`, or `external`): fresh namespaces (with `external`,
+   the `--namespace-manifest` objects in each, e.g. a Kueue LocalQueue); the MiniCluster
+   reconciler and the gang runner (a gang's pods work only once its minimum members run, so a
+   node-blind or absent gang admission clogs for real); submitters that create each gang's Job
+   or MiniCluster at its trace time ÷ time scale (with `none` without the `muster.dev/queue`
+   label, so the default scheduler alone places pods; with `external` suspended and with the
+   `--label` labels, for a controller muster does not run to admit); a loop that LISTs the
+   replay's Jobs and live Pods and records what it sees (`simulator.kwok_timeline`), until
+   every gang finished, nothing can change any more (then the rest is stuck), or the horizon;
 4. everything it started is stopped and everything it created is deleted, also on Ctrl-C.
 
 The result of each admission is an `EngineResult` like the in-process engine's, in trace time,
@@ -37,9 +39,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -58,6 +60,13 @@ from simulator.controlplane.minicluster import (
     minicluster_crd,
 )
 from simulator.engine import FAILED, FINISHED, Admission, EngineResult
+from simulator.kwok_external import (
+    ControllerProcess,
+    ExternalController,
+    ExternalError,
+    controller_process,
+    in_namespace,
+)
 from simulator.kwok_objects import (
     QUEUES_PATH,
     SIM_RUN,
@@ -119,6 +128,11 @@ class KwokSettings:
     out_dir: Path | None = None
     """Where muster's log goes (muster-run.log)."""
     muster_args: tuple[str, ...] = ()
+    external: ExternalController = field(default_factory=ExternalController)
+    """How the `external` admission hands the replay to a controller muster does not run."""
+    controller_pids: tuple[int, ...] = ()
+    """Processes (with their children) whose CPU seconds each replay's figures attribute: an
+    outside controller, or a muster running outside (`external_muster`)."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +168,8 @@ def check_trace(trace: Trace, settings: KwokSettings, log: Log) -> None:
         raise KwokError("--min-clog-timeout must not be negative")
     if settings.stall <= 0 or settings.poll <= 0 or settings.submitters < 1:
         raise KwokError("--stall and the poll interval must be positive, submitters at least 1")
+    if settings.external.stall <= 0:
+        raise KwokError("--external-stall must be positive")
     for group in trace.jobs:
         wall = group.runtime / settings.time_scale
         if wall < MIN_WALL_RUNTIME:
@@ -198,8 +214,15 @@ class KwokSession:
     """The control plane, nodes, CRDs, queues and muster of one kwok replay; a context manager
     that stops and deletes everything it started or created, in reverse order."""
 
-    def __init__(self, trace: Trace, settings: KwokSettings, log: Log) -> None:
+    def __init__(
+        self,
+        trace: Trace,
+        settings: KwokSettings,
+        log: Log,
+        admissions: Sequence[Admission] = ("none", "muster"),
+    ) -> None:
         self.trace = trace
+        self.admissions = tuple(admissions)
         self.settings = settings
         self.log = log
         self.run = f"sim-{secrets.token_hex(3)}"
@@ -210,6 +233,14 @@ class KwokSession:
         self.nodes_created = False
         self.queues_created: list[str] = []
         self.muster: MusterRun | None = None
+        try:
+            self.controllers: list[ControllerProcess] = [
+                controller_process(pid) for pid in settings.controller_pids
+            ]
+        except ExternalError as exc:
+            raise KwokError(str(exc)) from None
+        self.namespace_objects: list[tuple[kubeapi.Resource, Mapping[str, Any]]] = []
+        """The `--namespace-manifest` objects and where they are created."""
         self.figures: dict[str, dict[str, Any]] = {}
         """Per admission: figures of the replay itself (looks, submission lag, wall time)."""
         self._cleanups: list[tuple[str, Callable[[], None]]] = []
@@ -219,6 +250,7 @@ class KwokSession:
     def __enter__(self) -> KwokSession:
         try:
             self._connect()
+            self._check_namespace_objects()
             self._prepare()
         except BaseException:
             self.close()
@@ -291,13 +323,44 @@ class KwokSession:
 
     def _prepare(self) -> None:
         client = self._api()
-        apply_crd(client, queue_crd())
+        if "muster" in self.admissions:
+            # Only muster reads Queues: an external replay leaves a cluster without muster so.
+            apply_crd(client, queue_crd())
         try:
             crd = minicluster_crd()
         except (OSError, ValueError) as exc:
             raise KwokError(f"cannot read the MiniCluster CRD: {exc}") from None
         self.log(f"kwok engine: MiniCluster CRD: {install_crd(client, crd)}")
         self._create_nodes()
+
+    def _check_namespace_objects(self) -> None:
+        """Find where each `--namespace-manifest` object is created and have the apiserver
+        check it (a dry-run create in `default`), before the replay creates anything."""
+        client = self._api()
+        for body in self.settings.external.namespace_objects:
+            kind = str(body["kind"])
+            where = f"--namespace-manifest: {kind} {body['metadata']['name']}"
+            try:
+                resource = client.resource_for(str(body["apiVersion"]), kind)
+            except LookupError as exc:
+                raise KwokError(f"{where}: {exc.args[0]}") from None
+            if not resource.namespaced:
+                raise KwokError(
+                    f"{where}: a {kind} is cluster-scoped: create it once yourself (the "
+                    "manifest holds what each replay namespace needs, e.g. a Kueue LocalQueue)"
+                )
+            try:
+                client.request(
+                    "POST",
+                    resource.path("default"),
+                    in_namespace(body, "default"),
+                    params={"dryRun": "All"},
+                )
+            except ApiError as exc:
+                # 409: one of that name exists in default, so the rest of it was valid.
+                if exc.status != 409:
+                    raise KwokError(f"{where}: the apiserver refuses it: {exc.message}") from None
+            self.namespace_objects.append((resource, body))
 
     # -- nodes ----------------------------------------------------------------------
 
@@ -516,12 +579,15 @@ class KwokSession:
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU seconds used so far by this process, muster and each control-plane component
-        (those we started), for figures measured on a shared machine."""
+        (those we started), and each `--controller-pid` process that is still there, for
+        figures measured on a shared machine."""
         out = {"engine": time.process_time()}
         if self.muster is not None:
             # `muster run` serves the webhook from a child process: count both.
-            pid = self.muster.proc.pid
-            out["muster"] = _process_cpu(pid) + sum(_process_cpu(c) for c in _children(pid))
+            out["muster"] = _tree_cpu(self.muster.proc.pid)
+        for controller in self.controllers:
+            if Path(f"/proc/{controller.pid}").exists():
+                out[controller.label] = _tree_cpu(controller.pid)
         if self.cluster is not None:
             for record in self.cluster.records():
                 out[record.component] = _process_cpu(record.pid)
@@ -544,12 +610,22 @@ class KwokSession:
         if admission == "muster":
             self.ensure_queues()
             self.ensure_muster()
+        if admission == "external" and self.muster is not None:
+            self.log(
+                "kwok engine: muster keeps running during the external replay; its webhook "
+                "leaves objects without muster.dev/queue alone"
+            )
         discard = last and self.cluster is not None and not self.settings.keep_cluster
         return _Replay(self, admission, progress).run(clean_up=not discard)
 
 
 def _difference(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
     return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds of a process and its live children (a webhook or worker child)."""
+    return _process_cpu(pid) + sum(_process_cpu(c) for c in _children(pid))
 
 
 def _process_cpu(pid: int) -> float:
@@ -611,6 +687,7 @@ class _Replay:
         )
         on_run_nodes = {SIM_RUN: session.run} if session.node_prefix else None
         priority_shift = max(0, -min((a.gang.priority for a in self.arrivals), default=0))
+        handed = settings.external.labels if admission == "external" else None
         self.objects: list[GangObject] = [
             gang_object(
                 arrival,
@@ -620,6 +697,7 @@ class _Replay:
                 run=self.run_id,
                 node_selector=on_run_nodes,
                 priority_shift=priority_shift,
+                labels=handed,
             )
             for arrival in self.arrivals
         ]
@@ -648,13 +726,20 @@ class _Replay:
         )
 
     def run(self, clean_up: bool = True) -> EngineResult:
+        try:
+            return self._run(clean_up)
+        except BaseException:
+            # On a cluster we did not bring up, leave none of the replay's objects behind.
+            self._delete_namespaces()
+            raise
+
+    def _run(self, clean_up: bool) -> EngineResult:
         began = time.perf_counter()
         cpu_before = self.session.cpu_seconds()
         writes_before = self.session.write_figures()
         client = self.client
         timeline = self.timeline
-        for namespace in self.namespaces.values():
-            client.create(kubeapi.NAMESPACES.path(), namespace_body(namespace, self.run_id))
+        self._create_namespaces()
         selector = f"{SIM_RUN}={self.run_id}"
         runner_client = KubeClient(client.credentials)
         runner = GangRunner(
@@ -678,11 +763,7 @@ class _Replay:
                     + "; ".join(self.pods.errors[-1:] + self.jobs.errors[-1:])
                 )
             gang_runner.start()
-            if any(o.kind == "MiniCluster" for o in self.objects):
-                for namespace in self.namespaces.values():
-                    self.reconcilers[namespace] = MiniClusterReconciler(
-                        KubeClient(client.credentials), namespace, interval=2.0
-                    ).start()
+            self._start_reconcilers()
             # A short lead so the first submissions are not already late when the loop begins.
             timeline.start(time.time() + 0.2)
             dispatcher.start()
@@ -713,15 +794,53 @@ class _Replay:
             plan_seconds=plan_seconds,
         )
         cpu_after = self.session.cpu_seconds()
+        for gone in sorted(set(cpu_before) - set(cpu_after)):
+            self.session.log(f"warning: {gone} exited during the replay: its CPU is not counted")
         writes = _difference(self.session.write_figures(), writes_before)
         if self.admission == "muster":
             ended = sum(1 for r in result.gangs if r.state in (FINISHED, FAILED))
             self.session.save_history(list(self.namespaces.values()), ended)
+        if self.admission == "external":
+            result.controller = self.settings.external.name
         if clean_up:
             self._cleanup_namespaces()
         self._record_figures(runner, result, cpu_before, cpu_after, writes)
         self._log_start_latency()
         return result
+
+    def _start_reconcilers(self) -> None:
+        """The operator's stand-in, per namespace, when the trace has MiniClusters; with
+        `external` it creates their Jobs suspended, as the other controller's webhook would."""
+        if not any(o.kind == "MiniCluster" for o in self.objects):
+            return
+        for namespace in self.namespaces.values():
+            self.reconcilers[namespace] = MiniClusterReconciler(
+                KubeClient(self.client.credentials),
+                namespace,
+                interval=2.0,
+                suspend=self.admission == "external",
+            ).start()
+
+    def _create_namespaces(self) -> None:
+        """The replay's namespaces; with `external`, each with the namespace-manifest objects
+        (e.g. a Kueue LocalQueue) before any gang is submitted into it."""
+        client = self.client
+        objects = self.session.namespace_objects if self.admission == "external" else []
+        for namespace in self.namespaces.values():
+            client.create(kubeapi.NAMESPACES.path(), namespace_body(namespace, self.run_id))
+            for resource, body in objects:
+                try:
+                    client.create(resource.path(namespace), in_namespace(body, namespace))
+                except ApiError as exc:
+                    raise KwokError(
+                        f"--namespace-manifest: cannot create {body['kind']} "
+                        f"{body['metadata']['name']} in {namespace}: {exc.message}"
+                    ) from None
+
+    def _delete_namespaces(self) -> None:
+        for namespace in self.namespaces.values():
+            with contextlib.suppress(ApiError, OSError):
+                self.client.delete(kubeapi.NAMESPACES.path(name=namespace))
 
     def _warn_problems(self, runner: GangRunner) -> None:
         """Log the first errors of the runner, reconcilers and watches, and any second wave."""
@@ -845,6 +964,8 @@ class _Replay:
         timeline = self.timeline
         settings = self.settings
         horizon_wall = timeline.wall_time(self.horizon)
+        # An outside controller may wait out a long requeue backoff the engine cannot see.
+        stall = settings.external.stall if self.admission == "external" else settings.stall
         last_change = time.time()
         while True:
             began = time.time()
@@ -874,11 +995,7 @@ class _Replay:
                 return False, now
             if now >= horizon_wall:
                 return True, now
-            if (
-                self.dispatched.is_set()
-                and now - last_change >= settings.stall
-                and timeline.quiet(now)
-            ):
+            if self.dispatched.is_set() and now - last_change >= stall and timeline.quiet(now):
                 return False, now
             # A look over thousands of pods takes tens of ms of a shared core: at most a
             # quarter of one goes to looking.
@@ -902,9 +1019,7 @@ class _Replay:
     def _cleanup_namespaces(self) -> None:
         """Delete the replay's namespaces and wait until its pods are gone (their nodes free)."""
         client = self.client
-        for namespace in self.namespaces.values():
-            with contextlib.suppress(ApiError):
-                client.delete(kubeapi.NAMESPACES.path(name=namespace))
+        self._delete_namespaces()
         deadline = time.monotonic() + 180
         selector = {"labelSelector": f"{SIM_RUN}={self.run_id}"}
         while time.monotonic() < deadline:
@@ -936,7 +1051,7 @@ def replay(
         raise KwokError(_not_built(missing_binaries()))
     check_trace(trace, settings, log)
     results: list[EngineResult] = []
-    with KwokSession(trace, settings, log) as session:
+    with KwokSession(trace, settings, log, admissions) as session:
         for i, admission in enumerate(admissions):
             with progress(admission) if progress else _no_progress() as show:
                 last = i == len(admissions) - 1

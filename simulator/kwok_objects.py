@@ -17,7 +17,11 @@ What the objects carry so the cluster behaves as the trace says:
   field (the real CRD prunes one): the operator gives every MiniCluster's pods its own
   one-pod-per-node anti-affinity (`simulator.controlplane.minicluster.operator_affinity`);
 - every pod tolerates the kwok fake-node taint; on a shared cluster pods also select the run's
-  nodes (`muster.dev/sim-run`), so nothing of the replay lands elsewhere.
+  nodes (`muster.dev/sim-run`), so nothing of the replay lands elsewhere;
+- with admission `external` (a controller muster does not run admits them), a Job is created
+  suspended, as that controller's webhook would make it, and carries the `--label` labels (a
+  MiniCluster in `jobLabels` too, so the Job the operator makes has them); it has no
+  `muster.dev/queue` label, so muster's webhook, if one runs, leaves it alone.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from admission import kubeapi
 from policies import Gang, Preemption, Resources, Toleration
 from policies.vocabulary import ELASTIC_AFTER, GANG, GANG_RUNTIME, MIN_MEMBERS, PRIORITY, QUEUE
 from simulator.controlplane.cluster import FAKE_NODE_TAINT, kwok_node
+from simulator.records import Admission
 from simulator.trace import QueueSpec, SubmittedGang, Trace
 
 SIM_RUN: Final = "muster.dev/sim-run"
@@ -44,8 +49,6 @@ DEFAULT_PODS: Final = "110"
 
 QUEUES_PATH: Final = kubeapi.QUEUES.path()
 MINICLUSTER_API: Final = kubeapi.MINICLUSTERS.api_version
-
-Admission = Literal["muster", "none"]
 
 
 def quantity(resource: str, amount: int) -> str:
@@ -240,19 +243,27 @@ def gang_object(
     run: str,
     node_selector: Mapping[str, str] | None = None,
     priority_shift: int = 0,
+    labels: Mapping[str, str] | None = None,
 ) -> GangObject:
     """The Job or MiniCluster for one gang of the trace.
 
     `namespace` is the cluster namespace the trace's namespace maps to; the object's name is
     the gang's name in the trace. With admission `muster` it carries the `muster.dev/queue`
     label (the webhook suspends it and the controller admits it); with `none` it has no queue
-    label, so nothing but the default scheduler decides where its pods go. Its priority
+    label, so nothing but the default scheduler decides where its pods go; with `external` it
+    is created suspended and carries `labels` (e.g. Kueue's queue-name label), for a controller
+    muster does not run to admit. Its priority
     (plus `priority_shift`, which keeps negative trace priorities in muster's 0..1e9) and its
     elastic wait (compressed by `scale`) go in muster's annotations.
     """
     gang = arrival.gang
     parts = _PodParts.of(
-        arrival, admission=admission, scale=scale, run=run, node_selector=node_selector
+        arrival,
+        admission=admission,
+        scale=scale,
+        run=run,
+        node_selector=node_selector,
+        extra_labels=labels or {},
     )
     gang_fields: dict[str, str] = {}
     if gang.priority + priority_shift:
@@ -281,6 +292,10 @@ class _PodParts:
     resources: dict[str, Any]
     labels: dict[str, str]
     minimum: str
+    suspend: bool
+    """Created suspended (admission `external`: the outside controller unsuspends it)."""
+    handed_labels: dict[str, str]
+    """The labels that hand it to the outside controller (`external`), also in `jobLabels`."""
 
     @classmethod
     def of(
@@ -291,6 +306,7 @@ class _PodParts:
         scale: float,
         run: str,
         node_selector: Mapping[str, str] | None,
+        extra_labels: Mapping[str, str],
     ) -> _PodParts:
         gang = arrival.gang
         name = gang.submitted.name
@@ -299,8 +315,10 @@ class _PodParts:
         ]
         tolerations.extend(_toleration(t) for t in gang.tolerations)
         labels: dict[str, str] = {SIM_RUN: run}
+        handed = dict(extra_labels) if admission == "external" else {}
         if admission == "muster":
             labels[QUEUE] = gang.queue
+        labels = {**handed, **labels}
         return cls(
             name=name,
             run=run,
@@ -311,6 +329,8 @@ class _PodParts:
             resources=container_resources(gang.pod_requests),
             labels=labels,
             minimum=str(gang.min),
+            suspend=admission == "external",
+            handed_labels=handed,
         )
 
 
@@ -323,7 +343,7 @@ def _minicluster_object(
 ) -> GangObject:
     spec: dict[str, Any] = {
         "size": gang.size,
-        "jobLabels": {SIM_RUN: parts.run, MIN_MEMBERS: parts.minimum},
+        "jobLabels": {**parts.handed_labels, SIM_RUN: parts.run, MIN_MEMBERS: parts.minimum},
         "containers": [{"name": "main", "image": "muster-sim", "resources": parts.resources}],
         "pod": {
             "labels": parts.pod_labels,
@@ -395,6 +415,7 @@ def _job_object(
             "completions": gang.size,
             "completionMode": "Indexed",
             "backoffLimit": 100,
+            **({"suspend": True} if parts.suspend else {}),
             "template": {
                 "metadata": {
                     "labels": parts.pod_labels,

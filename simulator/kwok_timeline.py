@@ -10,14 +10,16 @@ Where each figure comes from (wall clock → trace time):
 
 - submitted: when the engine sent the create (the webhook's stamp follows within a request);
 - admitted: muster: the time in the `muster.dev/admitted` annotation (the controller's clock
-  at the cycle that admitted it); none: the first look with `minSize` pods bound;
+  at the cycle that admitted it); none: the first look with `minSize` pods bound; external:
+  the first look that saw the Job unsuspended (its admitted size: the Job's parallelism);
 - started: when the gang runner saw `minSize` members Running and started the runtime;
 - finished: the completion time the gang runner wrote (kwok completes the pods then), once the
   Job is Complete;
 - preemptions: a rise of `muster.dev/preemptions` (the run starts over, like an eviction's);
 - evictions, clogs: a change of `muster.dev/evictions` (reason `muster.dev/evicted-reason`),
   at the look that saw it; none: a gang holding nodes with fewer than `minSize` pods running
-  one clog timeout after its first pod was bound (nobody evicts it);
+  one clog timeout after its first pod was bound (nobody evicts it); external: an eviction is
+  an admitted Job suspended again, a clog counted as with none;
 - samples (pending, holding, running, usage, shares): at every look that saw a change.
 """
 
@@ -97,6 +99,8 @@ class Timeline:
         self.trace = trace
         self.admission = admission
         self.muster = admission == "muster"
+        self.external = admission == "external"
+        self.none = admission == "none"
         self.scale = scale
         self.seed = seed
         tree = trace.queue_tree()
@@ -213,6 +217,8 @@ class Timeline:
             found_job = by_index.get(record.index)
             if self.muster:
                 changed |= self._observe_muster(record, seen, found_job, wall, now)
+            elif self.external:
+                changed |= self._observe_external(record, seen, found_job, wall, now)
             else:
                 changed |= self._observe_none(record, seen, found_job, wall, now)
         if changed:
@@ -254,7 +260,7 @@ class Timeline:
             record = self.gangs[found]
             if record.started is None:
                 record.started = self.trace_time(started)
-            if not self.muster and (
+            if self.admission == "none" and (
                 record.first_admitted is None or record.first_admitted > record.started
             ):
                 # minSize pods were bound no later than they ran; a look may have come later.
@@ -437,8 +443,6 @@ class Timeline:
         now: float,
     ) -> bool:
         changed = False
-        if seen.bound and seen.first_bound is None:
-            seen.first_bound = now
         if record.first_admitted is None and seen.bound >= record.gang.min:
             # Without gang admission, "admitted" is when the scheduler had bound minSize pods.
             record.first_admitted = record.admitted_at = now
@@ -463,24 +467,85 @@ class Timeline:
         if state != record.state:
             self._set_state(record, state, now)
             changed = True
+        return self._count_clog(record, seen, now) or changed
+
+    def _count_clog(self, record: GangRecord, seen: _Seen, now: float) -> bool:
+        """Without muster (none, external): a gang holding nodes with fewer than minSize pods
+        running one clog timeout after its first pod was bound is a clog, counted once, as
+        in the in-process engine (whether anyone evicts it or not)."""
+        if seen.bound and seen.first_bound is None:
+            seen.first_bound = now
         if (
-            state == ADMITTED
-            and not record.clogs
-            and seen.first_bound is not None
-            and now >= seen.first_bound + record.clog_timeout
+            record.state != ADMITTED
+            or record.clogs
+            or seen.first_bound is None
+            or now < seen.first_bound + record.clog_timeout
         ):
-            # Counted once, as in the in-process engine: nobody evicts it, it keeps its nodes.
-            record.clogs = 1
-            self.incidents.append(
-                Incident(
-                    seen.first_bound + record.clog_timeout,
-                    "clog",
-                    record.gang.id,
-                    self.queue_names[record.queue],
-                )
+            return False
+        record.clogs = 1
+        self.incidents.append(
+            Incident(
+                seen.first_bound + record.clog_timeout,
+                "clog",
+                record.gang.id,
+                self.queue_names[record.queue],
             )
+        )
+        return True
+
+    def _observe_external(
+        self,
+        record: GangRecord,
+        seen: _Seen,
+        job: Mapping[str, Any] | None,
+        wall: float,
+        now: float,
+    ) -> bool:
+        """A controller muster does not run admits by unsuspending the Job, and evicts by
+        suspending it again (Kueue's waitForPodsReady, preemption)."""
+        if job is None:
+            return False  # the MiniCluster's Job is not there yet: still pending
+        spec, status = job.get("spec") or {}, job.get("status") or {}
+        if condition_true(status, "Complete"):
+            record.finished = self._finish_time(seen, now)
+            self._set_state(record, FINISHED, record.finished)
+            return True
+        if condition_true(status, "Failed"):
+            record.reason = "JobFailed: the Job controller marked the Job Failed"
+            self._set_state(record, FAILED, now)
+            return True
+        changed = False
+        suspended = bool(spec.get("suspend"))
+        if not suspended and seen.admitted_wall is None:
+            # The watch on Jobs can deliver the unsuspend after the gang runner saw the pods
+            # run (two streams): the admission came no later than the run's start.
+            at = wall if seen.run_started is None else min(wall, seen.run_started)
+            record.admitted_at = self.trace_time(at)
+            if record.first_admitted is None:
+                record.first_admitted = record.admitted_at
+            record.admitted_size = _int(str(spec.get("parallelism") or record.gang.size))
+            seen.admitted_wall = at
+            seen.created_wall = seen.bound_wall = seen.running_wall = None
             changed = True
-        return changed
+        elif suspended and seen.admitted_wall is not None:
+            record.evictions += 1
+            self.incidents.append(
+                Incident(now, "evict", record.gang.id, self.queue_names[record.queue])
+            )
+            seen.admitted_wall = seen.first_bound = None
+            seen.run_started = seen.run_ends = None  # a new admission starts a new run
+            changed = True
+        state: GangState
+        if seen.run_started is not None:
+            state = RUNNING
+        elif seen.admitted_wall is not None:
+            state = ADMITTED
+        else:
+            state = PENDING
+        if state != record.state:
+            self._set_state(record, state, now)
+            changed = True
+        return self._count_clog(record, seen, now) or changed
 
     def _finish_time(self, seen: _Seen, now: float) -> float:
         """When the run's pods completed: the first look that saw them all completed (not
@@ -567,7 +632,7 @@ class Timeline:
                 need = record.gang.size
             elif state == ADMITTED:
                 holding[q] += 1
-                target = record.admitted_size if self.muster else record.gang.size
+                target = record.admitted_size if not self.none else record.gang.size
                 need = max((target or record.gang.size) - seen.bound, 0)
             else:
                 running[q] += 1
@@ -654,7 +719,7 @@ class Timeline:
         self.incidents.sort(key=lambda i: i.time)
         util, alloc, fair = self._means(first_submit, end)
         return EngineResult(
-            admission="muster" if self.muster else "none",
+            admission=self.admission,
             trace=self.trace.name,
             seed=self.seed,
             queues=self.queue_names,
@@ -706,6 +771,8 @@ class Timeline:
             return f"BackingOff: evicted {record.evictions} times ({when})"
         if self.muster:
             return f"Pending: not admitted ({when})"
+        if self.external:
+            return f"Pending: still suspended, the outside controller did not admit it ({when})"
         return f"NoFit: no pod of the gang fits a node ({when})"
 
 

@@ -25,7 +25,12 @@ from policies.gangstate import (
     GangState,
 )
 
-Admission = Literal["muster", "none"]
+Admission = Literal["muster", "none", "external"]
+"""How gangs are admitted: `muster` (gang admission by muster), `none` (no gang admission: the
+pod-level scheduler alone), `external` (kwok engine only: objects are created suspended and a
+controller muster does not run, e.g. Kueue, unsuspends them)."""
+IN_PROCESS_ADMISSIONS: tuple[Admission, ...] = ("muster", "none")
+"""What the in-process engine models (it has no outside controller to hand gangs to)."""
 Placement = Literal["pinned", "scheduler"]
 PLACEMENTS: tuple[Placement, ...] = ("pinned", "scheduler")
 IncidentKind = Literal["clog", "evict", "fail", "preempt"]
@@ -36,6 +41,7 @@ __all__ = [
     "BACKING_OFF",
     "FAILED",
     "FINISHED",
+    "IN_PROCESS_ADMISSIONS",
     "PENDING",
     "PLACEMENTS",
     "RUNNING",
@@ -185,6 +191,8 @@ class EngineResult:
     horizon_reached: bool
     placement: Placement | None = None
     """The in-process engine's placement model; None: not modelled (the kwok engine)."""
+    controller: str | None = None
+    """Admission `external`: the outside controller's name for reports (`--external-name`)."""
 
 
 ProgressFn = Callable[[float, int, int], None]

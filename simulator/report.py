@@ -27,7 +27,18 @@ from simulator.records import (
 )
 from simulator.trace import Trace
 
-ENGINE_LABELS = {"none": "none (pod-level scheduler)", "muster": "muster (gang admission)"}
+ENGINE_LABELS = {
+    "none": "none (pod-level scheduler)",
+    "muster": "muster (gang admission)",
+    "external": "external (outside controller)",
+}
+
+
+def engine_label(result: EngineResult) -> str:
+    """How tables and plots name one engine run: an outside controller by its name."""
+    if result.controller:
+        return f"{result.controller} (outside controller)"
+    return ENGINE_LABELS.get(result.admission, result.admission)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -79,6 +90,7 @@ def summarize(result: EngineResult) -> dict[str, Any]:
     overall = _wait_stats(gangs)
     summary: dict[str, Any] = {
         "admission": result.admission,
+        **({"controller": result.controller} if result.controller else {}),
         "placement": result.placement,
         "seed": result.seed,
         "gangs": len(gangs),
@@ -318,7 +330,7 @@ def _plot_wait_cdf(figures: _Figures, results: Sequence[EngineResult]) -> None:
         ax.set_xlim(0, max(wait_end, 1.0) * 1.02)
         ax.set_xlabel("wait (s)")
         ax.set_ylabel("fraction of gangs")
-        ax.set_title(ENGINE_LABELS.get(result.admission, result.admission))
+        ax.set_title(engine_label(result))
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
     figures.save(fig, "wait_cdf.png")
@@ -368,7 +380,7 @@ def _series(
 def _decorate(ax: Any, result: EngineResult, ylabel: str) -> None:
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel(ylabel)
-    title = ENGINE_LABELS.get(result.admission, result.admission)
+    title = engine_label(result)
     stuck = sum(1 for r in result.gangs if r.state == STUCK)
     if stuck:
         title += f" — {stuck} stuck"
@@ -425,7 +437,7 @@ def _html(
     plots: list[tuple[str, str]],
 ) -> str:
     esc = html.escape
-    head = "".join(f"<th>{esc(ENGINE_LABELS.get(name, name))}</th>" for name in summaries)
+    head = "".join(f"<th>{esc(engine_label(result))}</th>" for result in results)
     rows = "".join(
         "<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>"
         for row in summary_rows(summaries)

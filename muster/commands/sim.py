@@ -2,7 +2,9 @@
 
 With no TRACE it replays the shipped blog-burst trace, once without gang admission (a pod-level
 scheduler, the baseline) and once with muster's planner, and writes both into one report.
-`--engine kwok` replays it on a real local control plane instead (simulator/kwok_engine.py).
+`--engine kwok` replays it on a real local control plane instead (simulator/kwok_engine.py),
+where `--admission external` hands the replay to a controller muster does not run (Kueue, say)
+for a comparison on identical objects.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from simulator.engine import Admission, EngineConfig, EngineResult
+    from simulator.kwok_external import ExternalController
     from simulator.trace import Trace
 
 EPILOG = """\
@@ -30,6 +33,7 @@ examples:
   muster sim --engine kwok                     # the blog burst on a real control plane, 25x
   muster sim two-queues --engine kwok --admission muster --time-scale 50
   muster sim --engine kwok --kubeconfig ~/.cache/muster/clusters/muster/kubeconfig
+  muster sim --engine kwok --kubeconfig K --admission muster,external --label team=a
 
 Trace format, CSV columns and every output: docs/simulator.md
 """
@@ -45,10 +49,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--admission",
-        choices=("muster", "none", "both"),
+        type=_admissions,
         default="both",
+        metavar="{muster,none,both,external}",
         help="muster = gang admission by policies.plan; none = pod-level scheduler only "
-        "(the baseline); both = run both into one report (default)",
+        "(the baseline); both = none and muster into one report (default); external = "
+        "--engine kwok only: the objects are created suspended for a controller muster does "
+        "not run (see --label); a comma list runs several into one report, e.g. "
+        "muster,external",
     )
     parser.add_argument("--seed", type=int, default=0, help="orders same-instant submissions")
     parser.add_argument("--out", type=Path, help="output folder (default: out/sim-<trace name>)")
@@ -93,6 +101,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "nodes, muster's webhook and controller (see the kwok options below)",
     )
     _add_kwok_arguments(parser)
+
+
+def _admissions(text: str) -> list[Admission]:
+    """`--admission`: one of muster, none, both (none and muster), external, or a comma list
+    of them, in the order given."""
+    words: dict[str, list[Admission]] = {
+        "muster": ["muster"],
+        "none": ["none"],
+        "both": ["none", "muster"],
+        "external": ["external"],
+    }
+    out: list[Admission] = []
+    for word in text.split(","):
+        if word not in words:
+            raise argparse.ArgumentTypeError(
+                f"{word!r} is not one of muster, none, both, external (or a comma list of them)"
+            )
+        for name in words[word]:
+            if name in out:
+                raise argparse.ArgumentTypeError(f"{text!r} names {name} twice")
+            out.append(name)
+    return out
 
 
 def _add_jobs_csv_arguments(parser: argparse.ArgumentParser) -> None:
@@ -186,6 +216,60 @@ def _add_kwok_arguments(parser: argparse.ArgumentParser) -> None:
         help="wall seconds without any change, with nothing running or backing off, after "
         "which unfinished gangs are reported stuck (default 5)",
     )
+    _add_external_arguments(parser)
+
+
+def _add_external_arguments(parser: argparse.ArgumentParser) -> None:
+    """The "outside controller" argument group: options of `--admission external`."""
+    from simulator.kwok_external import DEFAULT_STALL
+
+    group = parser.add_argument_group(
+        "outside controller",
+        "options of --engine kwok --admission external (docs/simulator.md, section 'Side by "
+        "side with another controller'); it needs --kubeconfig of the cluster that controller "
+        "runs against",
+    )
+    group.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="label every replayed Job and MiniCluster (and a MiniCluster's Job) with it, so "
+        "the other controller takes them, e.g. kueue.x-k8s.io/queue-name=sim (repeat for more)",
+    )
+    group.add_argument(
+        "--namespace-manifest",
+        type=Path,
+        metavar="FILE",
+        help="YAML/JSON objects (one or more documents) created in each replay namespace "
+        "before any gang is submitted into it, e.g. a Kueue LocalQueue; their namespace is "
+        "the replay's",
+    )
+    group.add_argument(
+        "--external-stall",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="wall seconds without any change after which the external replay's unfinished "
+        f"gangs are reported stuck (default {DEFAULT_STALL:g}: the other controller may wait "
+        "out a requeue backoff the engine cannot see); --stall applies to muster and none",
+    )
+    group.add_argument(
+        "--external-name",
+        metavar="NAME",
+        help="what the report calls the other controller, e.g. kueue (default: external); "
+        "its rows and JSON key stay `external`",
+    )
+    group.add_argument(
+        "--controller-pid",
+        type=int,
+        action="append",
+        default=[],
+        metavar="PID",
+        help="attribute this process's CPU seconds (with its children's) in each replay's "
+        "figures, next to the control plane's: the other controller, or a muster run "
+        "outside (--external-muster); repeat for more",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -222,7 +306,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not _policy_known(args.policy):
         return 2
-    engines: list[Admission] = ["none", "muster"] if args.admission == "both" else [args.admission]
+    engines: list[Admission] = args.admission
+    if "external" in engines and args.engine != "kwok":
+        print(
+            "muster sim: --admission external needs --engine kwok: the other controller "
+            "admits on a real cluster",
+            file=sys.stderr,
+        )
+        return 2
     if args.engine == "kwok":
         if args.pod_start_delay is not None:
             print(
@@ -286,6 +377,9 @@ def _run_kwok(trace: Trace, engines: list[Admission], args: argparse.Namespace) 
             file=sys.stderr,
         )
         return 2
+    external = _external_controller(engines, args)
+    if external is None:
+        return 2
     out_dir: Path = args.out or Path("out") / f"sim-{trace.name}-kwok"
     settings = KwokSettings(
         time_scale=args.time_scale,
@@ -300,6 +394,8 @@ def _run_kwok(trace: Trace, engines: list[Admission], args: argparse.Namespace) 
         min_clog_timeout=args.min_clog_timeout,
         out_dir=out_dir,
         muster_args=tuple(args.muster_arg),
+        external=external,
+        controller_pids=tuple(args.controller_pid),
     )
     show_progress = not args.quiet and sys.stderr.isatty()
     figures: dict[str, dict[str, Any]] = {}
@@ -315,10 +411,71 @@ def _run_kwok(trace: Trace, engines: list[Admission], args: argparse.Namespace) 
     except KwokError as exc:
         print(f"muster sim: {exc}", file=sys.stderr)
         return 1
-    code = _finish(trace, results, out_dir, args)
+    code = _finish(trace, results, out_dir, args, figures)
     if code == 0:
         _add_engine_section(out_dir, settings, figures)
     return code
+
+
+def _external_controller(
+    engines: list[Admission], args: argparse.Namespace
+) -> ExternalController | None:
+    """The `external` admission's settings from its options, or None after saying on stderr
+    what is wrong: before anything is created."""
+    from simulator.kwok_external import (
+        DEFAULT_STALL,
+        ExternalController,
+        ExternalError,
+        controller_process,
+        load_namespace_manifest,
+        parse_labels,
+    )
+
+    given = [
+        name
+        for name, value in (
+            ("--label", args.label),
+            ("--namespace-manifest", args.namespace_manifest),
+            ("--external-stall", args.external_stall),
+            ("--external-name", args.external_name),
+        )
+        if value is not None and value != []
+    ]
+    if "external" not in engines:
+        if given:
+            verb = "applies" if len(given) == 1 else "apply"
+            _stderr(f"muster sim: {', '.join(given)} {verb} only to --admission external")
+            return None
+        if args.controller_pid and not args.external_muster:
+            _stderr(
+                "muster sim: --controller-pid attributes CPU to a controller muster does not "
+                "start: use it with --admission external or --external-muster"
+            )
+            return None
+    elif args.kubeconfig is None:
+        _stderr(
+            "muster sim: --admission external needs --kubeconfig of the cluster the other "
+            "controller runs against (docs/simulator.md, 'Side by side with another controller')"
+        )
+        return None
+    stall = DEFAULT_STALL if args.external_stall is None else args.external_stall
+    try:
+        if stall <= 0:
+            raise ExternalError("--external-stall must be positive")
+        for pid in args.controller_pid:
+            controller_process(pid)
+        labels = parse_labels(args.label)
+        objects = (
+            load_namespace_manifest(args.namespace_manifest)
+            if args.namespace_manifest is not None
+            else ()
+        )
+    except ExternalError as exc:
+        _stderr(f"muster sim: {exc}")
+        return None
+    return ExternalController(
+        labels=labels, namespace_objects=objects, stall=stall, name=args.external_name
+    )
 
 
 def _kwok_clog_floor(trace: Trace, args: argparse.Namespace) -> Trace:
@@ -409,6 +566,23 @@ def _kwok_progress(admission: str) -> Iterator[Callable[[Any], None]]:
         yield update
 
 
+def _controller_cpu_rows(
+    admissions: list[str], figures: dict[str, dict[str, Any]], args: argparse.Namespace
+) -> list[list[str]]:
+    """kwok: one row per controller process (muster, each --controller-pid), its CPU seconds
+    in each replay; every process is in summary.json's engine.<admission>.cpu_s."""
+    cpu = {name: figures.get(name, {}).get("cpu_s") or {} for name in admissions}
+    keys = sorted(
+        {k for c in cpu.values() for k in c if k == "muster" or "(pid " in k},
+        key=lambda k: (k != "muster", k),
+    )
+    rows = []
+    for key in keys:
+        cells = [f"{cpu[name][key]:.1f}" if key in cpu[name] else "" for name in admissions]
+        rows.append([f"CPU s: {key}", *cells])
+    return rows
+
+
 def _policy_known(name: str) -> bool:
     from policies import get_policy
 
@@ -450,9 +624,13 @@ def _with_progress(trace: Trace, config: EngineConfig) -> EngineResult:
 
 
 def _finish(
-    trace: Trace, results: list[EngineResult], out_dir: Path, args: argparse.Namespace
+    trace: Trace,
+    results: list[EngineResult],
+    out_dir: Path,
+    args: argparse.Namespace,
+    figures: dict[str, dict[str, Any]] | None = None,
 ) -> int:
-    from simulator.report import ENGINE_LABELS, summarize, summary_rows, write_outputs
+    from simulator.report import engine_label, summarize, summary_rows, write_outputs
 
     try:
         report = write_outputs(trace, results, out_dir, policy=args.policy)
@@ -471,9 +649,11 @@ def _finish(
             + (f", placement {placement})" if placement else ")")
         )
         table.add_column("metric")
-        for name in summaries:
-            table.add_column(ENGINE_LABELS.get(name, name), justify="right")
+        for result in results:
+            table.add_column(engine_label(result), justify="right")
         for row in summary_rows(summaries):
+            table.add_row(*row)
+        for row in _controller_cpu_rows(list(summaries), figures or {}, args):
             table.add_row(*row)
         console = Console()
         console.print(table)

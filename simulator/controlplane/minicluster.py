@@ -195,9 +195,17 @@ class MiniClusterReconciler:
     """
 
     def __init__(
-        self, client: KubeClient, namespace: str | None = None, interval: float = 0.2
+        self,
+        client: KubeClient,
+        namespace: str | None = None,
+        interval: float = 0.2,
+        *,
+        suspend: bool = False,
     ) -> None:
         self.client = client
+        self.suspend = suspend
+        """Create each Job suspended: what the webhook of a controller muster does not run
+        (e.g. Kueue's, for a Job with its queue-name label) makes of it."""
         self.path = kubeapi.MINICLUSTERS.path(namespace) if namespace else MINICLUSTERS
         self.interval = interval
         self.created: set[tuple[str, str]] = set()
@@ -230,8 +238,11 @@ class MiniClusterReconciler:
         if key in self.created or mc["metadata"].get("deletionTimestamp"):
             # Like the operator: nothing new for an object that is going away.
             return True
+        job = job_for(mc)
+        if self.suspend:
+            job["spec"]["suspend"] = True
         try:
-            self.client.create(kubeapi.JOBS.path(key[0]), job_for(mc))
+            self.client.create(kubeapi.JOBS.path(key[0]), job)
         except ApiError as exc:
             if exc.status == 403 and "being terminated" in exc.message:
                 # The namespace is going away with the MiniCluster in it: nothing to make.

@@ -386,3 +386,102 @@ def test_timeline_counts_a_preemption_and_starts_the_run_over() -> None:
     assert gang.preemptions == 1 and gang.evictions == 0
     assert [i.kind for i in timeline.incidents] == ["preempt"]
     assert timeline.seen[0].run_started is None
+
+
+# ------------------------------------------------------------------------------ external
+
+
+def test_external_objects_are_suspended_and_handed_over_by_label() -> None:
+    trace = from_dict(TRACE)
+    job_arrival, mc_arrival = (
+        next(a for a in expand(trace) if a.gang.kind == kind) for kind in ("Job", "MiniCluster")
+    )
+    handed = {"kueue.x-k8s.io/queue-name": "sim", "team": "a"}
+    job = gang_object(
+        job_arrival, namespace="ns", admission="external", scale=25, run="r1", labels=handed
+    ).body
+    assert job["spec"]["suspend"] is True
+    assert job["metadata"]["labels"] == {**handed, SIM_RUN: "r1"}  # no muster.dev/queue
+    mc = gang_object(
+        mc_arrival, namespace="ns", admission="external", scale=25, run="r1", labels=handed
+    ).body
+    assert mc["metadata"]["labels"] == {**handed, SIM_RUN: "r1"}
+    # The operator's Job carries them too (jobLabels), so the other controller takes it.
+    assert (
+        job_for({**mc, "metadata": {**mc["metadata"], "uid": "u"}})["metadata"]["labels"][
+            "kueue.x-k8s.io/queue-name"
+        ]
+        == "sim"
+    )
+    # The labels hand over only an external replay's objects; none and muster are as before.
+    for admission in ("none", "muster"):
+        body = gang_object(
+            job_arrival, namespace="ns", admission=admission, scale=25, run="r1", labels=handed
+        ).body
+        assert "suspend" not in body["spec"] and "team" not in body["metadata"]["labels"]
+        mc_body = gang_object(
+            mc_arrival, namespace="ns", admission=admission, scale=25, run="r1", labels=handed
+        ).body
+        assert set(mc_body["spec"]["jobLabels"]) == {SIM_RUN, "muster.dev/min-members"}
+
+
+def _suspended_job(ns: str, name: str, suspend: bool, complete: bool = False) -> Any:
+    job = _job(ns, name, {}, complete)
+    job["spec"] = {"suspend": suspend, "parallelism": 2}
+    return job
+
+
+def test_timeline_records_an_external_admission_and_eviction() -> None:
+    """Admitted when the Job is seen unsuspended; suspended again is an eviction."""
+    trace = load("blog-burst")
+    timeline = Timeline(trace, expand(trace)[:1], "external", 25.0, {"default": "ns"})
+    timeline.start(0.0)
+    (gang,) = timeline.gangs
+    name = gang.gang.submitted.name
+    timeline.submitted(0, 0.0)
+    timeline.observe(1.0, [_suspended_job("ns", name, True)], [])
+    assert _state(gang) == PENDING and gang.first_admitted is None
+    timeline.observe(2.0, [_suspended_job("ns", name, False)], [_pod("ns", name, "n1", "Pending")])
+    assert _state(gang) == gangstate.ADMITTED
+    assert gang.first_admitted == pytest.approx(50.0) and gang.admitted_size == 2
+    timeline.observe(3.0, [_suspended_job("ns", name, True)], [])
+    assert _state(gang) == PENDING and gang.evictions == 1
+    timeline.observe(4.0, [_suspended_job("ns", name, False)], [])
+    assert gang.admitted_at == pytest.approx(100.0) and gang.first_admitted == pytest.approx(50.0)
+    timeline.run_started(("ns", name), 4.5, 5.0)
+    timeline.observe(4.6, [_suspended_job("ns", name, False)], [_pod("ns", name, "n1", "Running")])
+    assert _state(gang) == RUNNING and gang.started == pytest.approx(112.5)
+    timeline.observe(5.5, [_suspended_job("ns", name, False, complete=True)], [])
+    assert _state(gang) == FINISHED
+    result = timeline.result(stuck_reasons={}, horizon_reached=False, end_wall=0, wall_seconds=1)
+    assert result.admission == "external"
+    assert [i.kind for i in result.incidents] == ["evict"]
+    assert "admitted_to_started" in timeline.latency_figures()
+
+
+def test_an_external_admission_seen_after_the_run_began_is_dated_at_the_start() -> None:
+    trace = load("blog-burst")
+    timeline = Timeline(trace, expand(trace)[:1], "external", 25.0, {"default": "ns"})
+    timeline.start(0.0)
+    (gang,) = timeline.gangs
+    name = gang.gang.submitted.name
+    timeline.submitted(0, 0.0)
+    timeline.observe(1.0, [_suspended_job("ns", name, True)], [])
+    # The pods ran (the gang runner said so) before the Job watch showed the unsuspend.
+    timeline.run_started(("ns", name), 1.5, 3.0)
+    timeline.observe(1.6, [_suspended_job("ns", name, False)], [_pod("ns", name, "n", "Running")])
+    assert _state(gang) == RUNNING
+    assert gang.first_admitted == gang.started == pytest.approx(37.5)
+
+
+def test_an_external_gang_never_unsuspended_is_stuck_pending() -> None:
+    trace = load("blog-burst")
+    timeline = Timeline(trace, expand(trace)[:1], "external", 25.0, {"default": "ns"})
+    timeline.start(0.0)
+    (gang,) = timeline.gangs
+    timeline.submitted(0, 0.0)
+    timeline.observe(1.0, [_suspended_job("ns", gang.gang.submitted.name, True)], [])
+    assert timeline.quiet(2.0)
+    timeline.result(stuck_reasons={}, horizon_reached=False, end_wall=0, wall_seconds=1)
+    assert _state(gang) == STUCK
+    assert gang.reason.startswith("Pending: still suspended, the outside controller")

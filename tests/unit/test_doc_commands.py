@@ -55,6 +55,8 @@ CLUSTER: dict[tuple[str, ...], str] = {
     ("history",): _HISTORY,
     # `muster sim --engine kwok` replays on a real control plane (its helper adds "sim").
     ("sim", "--engine", "kwok"): "tests/cluster/test_kwok_engine.py::replay",
+    # ... and hands the replay to an outside controller with `--admission external`.
+    ("sim", "--admission", "external"): "tests/cluster/test_kwok_external.py::replay",
 }
 
 # Commands that need no cluster but minutes at their documented size: run here with these
@@ -82,6 +84,7 @@ PLACEHOLDERS = {
     "URL": "http://localhost:8081",
     "TRACE": "blog-burst",
     "K": "kubeconfig",
+    "PID": "1",
 }
 
 # Files documented commands read without an earlier line writing them: what stands in for each.
@@ -265,12 +268,17 @@ def _is_help(command: DocCommand) -> bool:
 
 
 def _key(command: DocCommand) -> tuple[str, ...]:
-    """The command's words, plus the engine for `muster sim --engine kwok` (needs a cluster)."""
+    """The command's words, plus the engine for `muster sim --engine kwok` (needs a cluster) and
+    the outside controller for `--admission external` (needs one that admits)."""
     argv = command.argv
     if command.words == ("sim",) and (
         "--engine=kwok" in argv
         or any(a == "--engine" and b == "kwok" for a, b in itertools.pairwise(argv))
     ):
+        if any(
+            a == "--admission" and "external" in b.split(",") for a, b in itertools.pairwise(argv)
+        ):
+            return ("sim", "--admission", "external")
         return ("sim", "--engine", "kwok")
     return command.words
 
