@@ -11,9 +11,12 @@ Steps:
    webhook would: the controller runs without its webhook (`--no-webhook`), which is not what is
    measured here. The first Job is admitted and runs (a kwok pod without a runtime runs until
    deleted); every other one waits, QuotaExhausted.
-3. `muster run --local --no-webhook --status-auth none` (the status service on loopback, no
-   TokenReview or SubjectAccessReview: `--status-auth kubernetes` adds those; not measured
-   here), ready when its status service counts every gang.
+3. `muster run --local --no-webhook --status-auth none` (the status service on loopback; no
+   token asked, so no TokenReview or SubjectAccessReview), ready when its status service counts
+   every gang. With `--status-auth kubernetes`, a ServiceAccount that may get the namespace's
+   Jobs and --tokens tokens of it (TokenRequest; default one per poller, as pods each have
+   their own): the controller reviews each token and each caller's access with the apiserver,
+   cached for a minute (admission/statusauth.py), which the apiserver's counter then shows.
 4. Idle window (--window seconds), once the apiserver is quiet (below 2 requests/s over 5 s,
    twice: the Job controller posts an Event for each new suspended Job, a backlog that takes a
    while): the apiserver's `apiserver_request_total` (summed over every label) before and
@@ -113,6 +116,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--changes", type=int, default=100, help="admissions, and as many deletions, timed"
     )
+    parser.add_argument(
+        "--status-auth",
+        choices=("none", "kubernetes"),
+        default="none",
+        help="the controller's --status-auth (none); kubernetes: each poller sends a token of "
+        "its own (TokenRequest, a ServiceAccount that may get the namespace's Jobs), which the "
+        "controller reviews with the apiserver (cached a minute)",
+    )
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        default=0,
+        help="with --status-auth kubernetes: distinct tokens, used round robin (0: one per "
+        "poller, as pods each have their own)",
+    )
     parser.add_argument("--creators", type=int, default=16, help="threads creating Jobs (16)")
     parser.add_argument(
         "--estimate-interval",
@@ -160,6 +178,8 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--window and --wait must be positive, --ramp between 0 and --window"
     if args.answers < 1 or args.nodes < 1 or args.creators < 1:
         return "--answers, --nodes and --creators must be >= 1"
+    if args.tokens < 0 or (args.tokens and args.status_auth != "kubernetes"):
+        return "--tokens must be >= 0, and is for --status-auth kubernetes"
     if args.estimate_interval is not None and args.estimate_interval < 0:
         return "--estimate-interval must be >= 0"
     if args.profile is not None and _py_spy() is None:
@@ -299,16 +319,57 @@ def parse_requests_total(exposition: str) -> Counter[tuple[str, str]]:
     return totals
 
 
+SERVICE_ACCOUNTS = kubeapi.Resource("", "v1", "serviceaccounts")
+ROLES = kubeapi.Resource("rbac.authorization.k8s.io", "v1", "roles")
+ROLE_BINDINGS = kubeapi.Resource("rbac.authorization.k8s.io", "v1", "rolebindings")
+READER = "status-reader"
+
+
+def create_reader(client: KubeClient, namespace: str) -> None:
+    """A ServiceAccount that may get the namespace's Jobs: what a pod needs to read its gang
+    from a status service under `--status-auth kubernetes` (docs/metrics.md)."""
+    client.create(SERVICE_ACCOUNTS.path(namespace), {"metadata": {"name": READER}})
+    rule = {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]}
+    client.create(ROLES.path(namespace), {"metadata": {"name": READER}, "rules": [rule]})
+    client.create(
+        ROLE_BINDINGS.path(namespace),
+        {
+            "metadata": {"name": READER},
+            "roleRef": {"apiGroup": ROLES.group, "kind": "Role", "name": READER},
+            "subjects": [{"kind": "ServiceAccount", "name": READER, "namespace": namespace}],
+        },
+    )
+
+
+def mint_tokens(client: KubeClient, namespace: str, count: int, threads: int) -> list[str]:
+    """`count` tokens of the reader (TokenRequest; each its own credential, as each pod's
+    projected token is)."""
+    path = f"{SERVICE_ACCOUNTS.path(namespace, READER)}/token"
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 7200},
+    }
+
+    def mint(_: int) -> str:
+        return str(client.create(path, request)["status"]["token"])
+
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(mint, range(count)))
+
+
 # -- the status service, from the bench ---------------------------------------------------------
 
 
-def http_json(url: str, timeout: float = 10) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+def http_json(url: str, token: str | None, timeout: float = 10) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.load(response)
 
 
 def wait_for_gangs(
-    status_url: str, namespace: str, gangs: int, timeout: float, say: Callable[[str], None]
+    status_url: str, token: str | None, namespace: str, gangs: int, timeout: float
 ) -> float:
     """Until the controller counts every gang of the queue (one admitted, the rest pending)
     and the admitted one runs; the seconds it took."""
@@ -317,8 +378,8 @@ def wait_for_gangs(
     seen: dict[str, Any] = {}
     while time.monotonic() < deadline:
         try:
-            seen = http_json(f"{status_url}/v1/queues")["queues"].get(namespace) or {}
-            holder = http_json(f"{status_url}/v1/gangs/{namespace}/{gang_name(0)}")
+            seen = http_json(f"{status_url}/v1/queues", token)["queues"].get(namespace) or {}
+            holder = http_json(f"{status_url}/v1/gangs/{namespace}/{gang_name(0)}", token)
         except (OSError, urllib.error.URLError, ValueError, KeyError):
             time.sleep(0.5)
             continue
@@ -556,7 +617,13 @@ def run(args: argparse.Namespace) -> int:
         )
         say(f"creating {args.gangs} Jobs from {args.creators} threads ...")
         create_s = create_gangs(client, namespace, args.gangs, args.creators, say)
-        flags = ["--no-webhook", "--status-auth", "none"]
+        tokens: list[str] = []
+        if args.status_auth == "kubernetes":
+            count = args.tokens or args.pollers
+            say(f"minting {count} tokens of a ServiceAccount that may get the Jobs ...")
+            create_reader(client, namespace)
+            tokens = mint_tokens(client, namespace, count, args.creators)
+        flags = ["--no-webhook", "--status-auth", args.status_auth]
         if args.estimate_interval is not None:
             flags += ["--estimate-interval", f"{args.estimate_interval:g}"]
         say(f"starting muster run --local {' '.join(flags)} ...")
@@ -565,12 +632,13 @@ def run(args: argparse.Namespace) -> int:
         except LaunchError as exc:
             raise RuntimeError(str(exc)) from exc
         assert muster.status_url is not None
-        load_s = wait_for_gangs(muster.status_url, namespace, args.gangs, 600, say)
+        token = tokens[0] if tokens else None
+        load_s = wait_for_gangs(muster.status_url, token, namespace, args.gangs, 600)
         say(f"the controller holds {args.gangs} gangs ({load_s:.1f}s after it was ready)")
         pids = dict(observed.component_pids()) if observed is not None else {}
         pids["muster"] = muster.pid
         meter = Meter(client, pids)
-        out = measure(args, client, namespace, muster, meter, started, say)
+        out = measure(args, client, namespace, muster, meter, tokens, started, say)
         out["create_s"] = round(create_s, 1)
         out["controller_load_s"] = round(load_s, 1)
     except (RuntimeError, ApiError, ApiUnreachable) as exc:
@@ -604,6 +672,7 @@ def measure(
     namespace: str,
     muster: MusterRun,
     meter: Meter,
+    tokens: list[str],
     started: list[subprocess.Popen[str] | PollerProcess],
     say: Callable[[str], None],
 ) -> dict[str, Any]:
@@ -633,6 +702,7 @@ def measure(
         "wait": args.wait,
         "ramp": args.ramp,
         "probe_gangs": waiting,
+        "tokens": tokens,
     }
     pollers = PollerProcess.start(config)
     started.append(pollers)
@@ -688,7 +758,8 @@ def measure(
         "bench": "status",
         "pollers": args.pollers,
         "gangs": args.gangs,
-        "status_auth": "none",
+        "status_auth": args.status_auth,
+        "tokens": len(tokens),
         "estimate_interval_s": args.estimate_interval,
         "wait_s": args.wait,
         "settle_s": round(settle_s, 1),

@@ -8,10 +8,11 @@ connection, as the server answers (`Connection: close`), on asyncio streams: a t
 are a thousand coroutines here, not a thousand threads on a 2-core machine.
 
 The protocol with the bench, one JSON object a line. stdin: first the configuration
-`{"url", "gangs", "wait", "ramp", "probe_gangs"}`, then commands `{"cmd": "probe", "count": K,
-"over": SECONDS}` (K GETs without `wait` of random gangs of `probe_gangs`, one after another,
-spread over SECONDS: the answer latency while the pollers hold) and `{"cmd": "stop"}`. stdout:
-`{"event": "holding", "pollers": N}` once every poller has sent its first held request;
+`{"url", "gangs", "wait", "ramp", "probe_gangs", "tokens"}` (`tokens`: bearer tokens, poller i
+sends the i-th, round robin; none: no Authorization header), then commands `{"cmd": "probe",
+"count": K, "over": SECONDS}` (K GETs without `wait` of random gangs of `probe_gangs`, one after
+another, spread over SECONDS: the answer latency while the pollers hold) and `{"cmd": "stop"}`.
+stdout: `{"event": "holding", "pollers": N}` once every poller has sent its first held request;
 `{"event": "wake", ...}` for each held request answered with a new version (or 404), with the
 answer's `time.monotonic()` (one clock for every process on Linux, so the bench can subtract
 the time it changed the gang); `{"event": "probed", "latencies": [...]}`; and at the stop
@@ -54,11 +55,16 @@ class Tally:
         self.errors[what] = self.errors.get(what, 0) + 1
 
 
-async def get(host: str, port: int, target: str, timeout: float) -> Answer:
-    """One GET on a fresh connection, read to the server's close."""
+async def get(host: str, port: int, target: str, timeout: float, token: str | None) -> Answer:
+    """One GET on a fresh connection (with `Authorization: Bearer token`, if any), read to the
+    server's close."""
     reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    authorization = f"Authorization: Bearer {token}\r\n" if token else ""
     try:
-        writer.write(f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        writer.write(
+            f"GET {target} HTTP/1.1\r\nHost: {host}\r\n{authorization}"
+            "Connection: close\r\n\r\n".encode()
+        )
         await writer.drain()
         raw = await asyncio.wait_for(reader.read(), timeout)
     finally:
@@ -86,6 +92,7 @@ class Pollers:
         self.wait = float(config["wait"])
         self.ramp = float(config["ramp"])
         self.probe_gangs: list[str] = list(config.get("probe_gangs") or self.gangs)
+        self.tokens: list[str] = list(config.get("tokens") or [])
         self.tally = Tally()
         self.holding = 0
         self._announced = False
@@ -102,9 +109,14 @@ class Pollers:
             self._announced = True
             emit({"event": "holding", "pollers": self.holding})
 
-    async def poll(self, gang: str, delay: float) -> None:
-        """The snippet's loop for one gang."""
+    def token(self, i: int) -> str | None:
+        """The bearer token of client `i` (each pod has its own), or None: no auth."""
+        return self.tokens[i % len(self.tokens)] if self.tokens else None
+
+    async def poll(self, i: int, gang: str, delay: float) -> None:
+        """The snippet's loop for one gang, as client `i`."""
         await asyncio.sleep(delay)
+        token = self.token(i)
         version = 0
         first = True
         timeout = self.wait + 30
@@ -116,7 +128,7 @@ class Pollers:
             try:
                 answer = await get(
                     self.host, self.port, f"{self.path(gang)}?wait={self.wait:g}&since={version}",
-                    timeout,
+                    timeout, token,
                 )  # fmt: skip
             except (OSError, TimeoutError) as exc:
                 if held:
@@ -173,7 +185,11 @@ class Pollers:
             began = time.monotonic()
             try:
                 answer = await get(
-                    self.host, self.port, self.path(rng.choice(self.probe_gangs)), 30
+                    self.host,
+                    self.port,
+                    self.path(rng.choice(self.probe_gangs)),
+                    30,
+                    self.token(rng.randrange(len(self.tokens) or 1)),
                 )
             except (OSError, TimeoutError) as exc:
                 self.tally.error(f"probe {type(exc).__name__}")
@@ -193,7 +209,7 @@ async def main_async() -> int:
     pollers = Pollers(config)
     count = len(pollers.gangs)
     tasks = [
-        asyncio.create_task(pollers.poll(gang, pollers.ramp * i / max(count, 1)))
+        asyncio.create_task(pollers.poll(i, gang, pollers.ramp * i / max(count, 1)))
         for i, gang in enumerate(pollers.gangs)
     ]
     while line := await commands.readline():
