@@ -688,73 +688,16 @@ def measure(
     time.sleep(args.window)
     idle = meter.close()
     say(f"polling window: {args.pollers} pollers over {args.ramp:g}s, then {args.answers} GETs")
-    polled = [f"{namespace}/{gang_name(i)}" for i in range(1, args.pollers + 1)]
-    waiting = [f"{namespace}/{gang_name(i)}" for i in range(1, args.gangs)]
-    profiles: list[subprocess.Popen[str]] = []
-    meter.open()
-    began = time.monotonic()
-    if args.profile is not None:
-        profiles.append(_start_profile(muster.pid, args.profile, "polling", args.window))
-        started.append(profiles[-1])
-    config = {
-        "url": muster.status_url,
-        "gangs": polled,
-        "wait": args.wait,
-        "ramp": args.ramp,
-        "probe_gangs": waiting,
-        "tokens": tokens,
-    }
-    pollers = PollerProcess.start(config)
-    started.append(pollers)
-    pollers.expect("holding", args.ramp + 120)
-    held_s = time.monotonic() - began
-    over = max(began + args.window - time.monotonic() - 1.0, 1.0)
-    pollers.send({"cmd": "probe", "count": args.answers, "over": over})
-    answers: list[float] = pollers.expect("probed", over + 120)["latencies"]
-    time.sleep(max(began + args.window - time.monotonic(), 0.0))
-    polling = meter.close()
+    pollers, polling, answers, held_s = polling_window(
+        args, namespace, muster, meter, tokens, started
+    )
     say(f"wake-ups: {args.changes} admissions, then {args.changes} deletions, one at a time")
-    changed: set[str] = set()
-    spurious: list[str] = []
-    rng = random.Random(17)
-    _drain_spurious(pollers, changed, spurious)
-    meter.open()
-    if args.profile is not None:
-        profiles.append(_start_profile(muster.pid, args.profile, "wakeups", 8 * args.changes))
-        started.append(profiles[-1])
-    admits = [f"{namespace}/{gang_name(i)}" for i in range(1, args.changes + 1)]
-    deletes = [f"{namespace}/{gang_name(args.pollers - i)}" for i in range(args.changes)]
-    admit_lat, admit_missed = time_changes(
-        pollers,
-        admits,
-        lambda i, _gang: set_quota(client, namespace, i + 2),
-        changed,
-        spurious,
-        rng,
-    )
-    jobs = kubeapi.JOBS.path(namespace)
-    delete_lat, delete_missed = time_changes(
-        pollers,
-        deletes,
-        lambda _i, gang: client.delete(f"{jobs}/{gang.split('/', 1)[1]}"),
-        changed,
-        spurious,
-        rng,
-    )
-    time.sleep(1.0)
-    _drain_spurious(pollers, changed, spurious)
-    wakeups = meter.close()
-    for profile in profiles:
-        # py-spy writes what it recorded when interrupted, as on Ctrl-C.
-        stop_process(profile, signal.SIGINT, timeout=30)
+    woken = wake_ups(args, client, namespace, muster, meter, pollers, started)
     pollers.send({"cmd": "stop"})
     done = pollers.expect("done", 60)
-    first: list[float] = done["first_answers"]
-    scale = polling.seconds / idle.seconds
-    added = polling.total - idle.total * scale
     by_what = Counter(polling.requests)
     by_what.subtract(idle.requests)
-    out: dict[str, Any] = {
+    return {
         "bench": "status",
         "pollers": args.pollers,
         "gangs": args.gangs,
@@ -767,32 +710,27 @@ def measure(
         "window_s": round(polling.seconds, 1),
         "ramp_s": args.ramp,
         "all_holding_after_s": round(held_s, 2),
-        "first_answer_p50_ms": _ms(first, 50),
-        "first_answer_p99_ms": _ms(first, 99),
+        **_latencies("first_answer", done["first_answers"]),
         "answers": len(answers),
-        "answer_p50_ms": _ms(answers, 50),
-        "answer_p99_ms": _ms(answers, 99),
-        "answer_max_ms": round(1000 * max(answers), 2) if answers else None,
-        "wakeups": len(delete_lat),
-        "wakeup_p50_ms": _ms(delete_lat, 50),
-        "wakeup_p99_ms": _ms(delete_lat, 99),
-        "wakeup_max_ms": round(1000 * max(delete_lat), 2) if delete_lat else None,
-        "admit_wakeups": len(admit_lat),
-        "admit_wakeup_p50_ms": _ms(admit_lat, 50),
-        "admit_wakeup_p99_ms": _ms(admit_lat, 99),
-        "admit_wakeup_max_ms": round(1000 * max(admit_lat), 2) if admit_lat else None,
-        "wakeups_missed": admit_missed + delete_missed,
-        "wakeups_spurious": len(spurious),
+        **_latencies("answer", answers),
+        "wakeups": len(woken.deletions),
+        **_latencies("wakeup", woken.deletions),
+        "admit_wakeups": len(woken.admissions),
+        **_latencies("admit_wakeup", woken.admissions),
+        "wakeups_missed": woken.missed,
+        "wakeups_spurious": len(woken.spurious),
         "apiserver_requests_idle": idle.total,
         "apiserver_requests_polling": polling.total,
-        "apiserver_requests_added": round(added, 1),
+        "apiserver_requests_added": round(
+            polling.total - idle.total * polling.seconds / idle.seconds, 1
+        ),
         "apiserver_requests_added_by": {
             f"{verb} {what}": n for (verb, what), n in sorted(by_what.items()) if n
         },
         "controller_cpu_s": {
             "idle": idle.cpu_s.get("muster"),
             "polling": polling.cpu_s.get("muster"),
-            "wakeups": wakeups.cpu_s.get("muster"),
+            "wakeups": woken.window.cpu_s.get("muster"),
         },
         "apiserver_cpu_s": {
             "idle": idle.cpu_s.get("kube-apiserver"),
@@ -804,7 +742,108 @@ def measure(
         "load_avg_start": [round(x, 2) for x in load_start],
         "load_avg_end": [round(x, 2) for x in os.getloadavg()],
     }
-    return out
+
+
+def _latencies(name: str, seconds: Sequence[float]) -> dict[str, float | None]:
+    """`NAME_p50_ms`, `NAME_p99_ms` and `NAME_max_ms` of latencies in seconds."""
+    return {
+        f"{name}_p50_ms": _ms(seconds, 50),
+        f"{name}_p99_ms": _ms(seconds, 99),
+        f"{name}_max_ms": round(1000 * max(seconds), 2) if seconds else None,
+    }
+
+
+def polling_window(
+    args: argparse.Namespace,
+    namespace: str,
+    muster: MusterRun,
+    meter: Meter,
+    tokens: list[str],
+    started: list[subprocess.Popen[str] | PollerProcess],
+) -> tuple[PollerProcess, Window, list[float], float]:
+    """Step 5: the pollers started (one per waiting gang g-00001...), and once all hold, the
+    GETs without wait spread over the rest of the window. The pollers (still holding), the
+    window, the answers' latencies, and the seconds until all held."""
+    config = {
+        "url": muster.status_url,
+        "gangs": [f"{namespace}/{gang_name(i)}" for i in range(1, args.pollers + 1)],
+        "wait": args.wait,
+        "ramp": args.ramp,
+        "probe_gangs": [f"{namespace}/{gang_name(i)}" for i in range(1, args.gangs)],
+        "tokens": tokens,
+    }
+    meter.open()
+    began = time.monotonic()
+    if args.profile is not None:
+        started.append(_start_profile(muster.pid, args.profile, "polling", args.window))
+    pollers = PollerProcess.start(config)
+    started.append(pollers)
+    pollers.expect("holding", args.ramp + 120)
+    held_s = time.monotonic() - began
+    over = max(began + args.window - time.monotonic() - 1.0, 1.0)
+    pollers.send({"cmd": "probe", "count": args.answers, "over": over})
+    answers: list[float] = pollers.expect("probed", over + 120)["latencies"]
+    time.sleep(max(began + args.window - time.monotonic(), 0.0))
+    return pollers, meter.close(), answers, held_s
+
+
+@dataclass
+class WakeUps:
+    """Step 6's latencies (seconds) by kind of change, and what it cost."""
+
+    admissions: list[float]
+    deletions: list[float]
+    missed: int
+    spurious: list[str]
+    window: Window
+
+
+def wake_ups(
+    args: argparse.Namespace,
+    client: KubeClient,
+    namespace: str,
+    muster: MusterRun,
+    meter: Meter,
+    pollers: PollerProcess,
+    started: list[subprocess.Popen[str] | PollerProcess],
+) -> WakeUps:
+    """Step 6: --changes admissions (the quota raised for one more gang), then as many Job
+    deletions, each timed to its poller's answer."""
+    changed: set[str] = set()
+    spurious: list[str] = []
+    rng = random.Random(17)
+    _drain_spurious(pollers, changed, spurious)
+    meter.open()
+    profile = None
+    if args.profile is not None:
+        profile = _start_profile(muster.pid, args.profile, "wakeups", 8 * args.changes)
+        started.append(profile)
+    admits = [f"{namespace}/{gang_name(i)}" for i in range(1, args.changes + 1)]
+    deletes = [f"{namespace}/{gang_name(args.pollers - i)}" for i in range(args.changes)]
+    jobs = kubeapi.JOBS.path(namespace)
+    admissions, admit_missed = time_changes(
+        pollers,
+        admits,
+        lambda i, _gang: set_quota(client, namespace, i + 2),
+        changed,
+        spurious,
+        rng,
+    )
+    deletions, delete_missed = time_changes(
+        pollers,
+        deletes,
+        lambda _i, gang: client.delete(f"{jobs}/{gang.split('/', 1)[1]}"),
+        changed,
+        spurious,
+        rng,
+    )
+    time.sleep(1.0)
+    _drain_spurious(pollers, changed, spurious)
+    window = meter.close()
+    if profile is not None:
+        # py-spy writes what it recorded when interrupted, as on Ctrl-C.
+        stop_process(profile, signal.SIGINT, timeout=30)
+    return WakeUps(admissions, deletions, admit_missed + delete_missed, spurious, window)
 
 
 def _print(out: dict[str, Any]) -> None:
