@@ -371,10 +371,14 @@ class KubeClient:
         )
 
     def raw_get(self, path: str) -> tuple[int, bytes]:
-        """GET a non-JSON endpoint (/readyz, /metrics); returns (status, body)."""
+        """GET a non-JSON endpoint (/readyz, /metrics); returns (status, body). Sends the
+        bearer token, if the credentials have one (a token user may read /metrics)."""
+        headers = {"User-Agent": self.user_agent}
+        if authorization := self.credentials.authorization():
+            headers["Authorization"] = authorization
         conn = self._connection()
         try:
-            conn.request("GET", path, headers={"User-Agent": self.user_agent})
+            conn.request("GET", path, headers=headers)
             response = conn.getresponse()
             return response.status, response.read()
         except (ConnectionError, http.client.HTTPException, OSError) as exc:

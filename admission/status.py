@@ -117,16 +117,27 @@ def gang_status(cache: Cache, key: str, now: float) -> dict[str, Any] | None:
 
 
 def queue_positions(cache: Cache) -> dict[str, int]:
-    """Each waiting gang's 1-based place in its queue (priority, then submission)."""
+    """Each waiting gang's 1-based place in its queue (priority, then submission).
+
+    The controller's loop recomputes this every cycle it can, on the event loop that serves
+    the status service: at 10,000 waiting gangs it was the largest part of a cycle there, so it
+    reads the fields behind `JobRecord.admission` and `.key` (the cache's own key) rather than
+    the properties, and numbers each queue's line in C (docs/benchmarks.md, "Status service at
+    scale")."""
     by_queue: dict[str, list[tuple[tuple[int, float, int, str], str]]] = defaultdict(list)
-    for record in cache.jobs.values():
-        if record.admission is None and not record.finished and not record.failed_state:
-            by_queue[record.queue].append((record.gang.order_key, record.key))
+    for key, record in cache.jobs.items():
+        if (
+            record.admitted_at is None
+            and record.local_admit is None
+            and not record.finished
+            and not record.failed_state
+        ):
+            by_queue[record.queue].append((record.gang.order_key, key))
     positions: dict[str, int] = {}
     for entries in by_queue.values():
         entries.sort()
-        for i, (_, key) in enumerate(entries, 1):
-            positions[key] = i
+        keys = [key for _, key in entries]
+        positions.update(zip(keys, range(1, len(keys) + 1), strict=True))
     return positions
 
 

@@ -54,6 +54,11 @@ COMMANDS: tuple[Command, ...] = (
         "muster.bench.status_estimate",
         "status service latency of a wait-time estimate with a large backlog",
     ),
+    Command(
+        ("bench", "status"),
+        "muster.bench.status",
+        "status service at scale: long-poll latency, wake-ups, apiserver requests",
+    ),
     Command(("bench", "plan"), "muster.bench.plan", "time policies.plan on a synthetic burst"),
     Command(("bench", "sim"), "muster.bench.sim", "time the in-process simulator on a burst"),
     Command(

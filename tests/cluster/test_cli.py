@@ -1,7 +1,7 @@
 """`muster queues`, `muster status` and `muster explain` against the real control plane, read both
 from the running controller's status service and from the API with only a kubeconfig; and the
 documented cluster commands that no other test runs (`muster cluster env`, `muster bench admit`,
-`muster bench pipeline`).
+`muster bench pipeline`, `muster bench status`).
 
 The two sources must agree: the CLI's API reading builds the controller's cache and runs its
 planner, so for a waiting gang it must print the reason the controller itself recorded.
@@ -374,6 +374,36 @@ def test_documented_bench_pipeline_runs_small() -> None:
     ]  # fmt: skip
     for key in ("ratio", "p99_vs_a", "goal_met", "load_avg_1m_start"):
         assert key in figures, key
+
+
+def test_documented_bench_status_runs_small() -> None:
+    # On a control plane of its own: the bench runs a controller, which would admit the
+    # session's Jobs too. With authentication, the larger path (tokens minted, sent, reviewed).
+    done = muster_cli(
+        "bench", "status", "--pollers", "5", "--gangs", "20", "--changes", "2",
+        "--window", "3", "--ramp", "0.5", "--answers", "20", "--nodes", "2",
+        "--status-auth", "kubernetes", "--tokens", "3",
+        "--cluster-name", f"stat-cli-{os.getpid()}", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout[-2000:]
+    figures = json.loads(lines[0])
+    assert (figures["pollers"], figures["gangs"], figures["tokens"]) == (5, 20, 3)
+    assert figures["status_auth"] == "kubernetes"
+    for key in (
+        "first_answer_p50_ms", "first_answer_p99_ms", "answer_p50_ms", "answer_p99_ms",
+        "wakeup_p50_ms", "wakeup_p99_ms", "admit_wakeup_p50_ms", "admit_wakeup_p99_ms",
+        "apiserver_requests_idle", "apiserver_requests_polling", "apiserver_requests_added",
+        "controller_cpu_s", "load_avg_start", "load_avg_end",
+    ):  # fmt: skip
+        assert figures[key] is not None, key
+    assert figures["answers"] == 20
+    # Every change woke its poller: two admissions and two deletions.
+    assert (figures["wakeups"], figures["admit_wakeups"], figures["wakeups_missed"]) == (2, 2, 0)
+    assert figures["poll_errors"] == {}
+    # The pollers' tokens not seen before the window were reviewed in it.
+    assert figures["apiserver_requests_added_by"].get("POST tokenreviews", 0) >= 1
 
 
 def test_documented_bench_apiserver_prints_patch_rates_per_concurrency(kubeconfig: Path) -> None:

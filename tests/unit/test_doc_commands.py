@@ -49,6 +49,7 @@ CLUSTER: dict[tuple[str, ...], str] = {
     ("certs",): _CERTS,
     ("bench", "admit"): f"{_CLI}::test_documented_bench_admit_runs_small",
     ("bench", "pipeline"): f"{_CLI}::test_documented_bench_pipeline_runs_small",
+    ("bench", "status"): f"{_CLI}::test_documented_bench_status_runs_small",
     ("queues",): f"{_CLI}::test_queues_shows_usage_of_an_admitted_gang",
     ("status",): f"{_CLI}::test_status_shows_pending_and_position",
     ("explain",): f"{_CLI}::test_explain_prints_the_planners_reason",

@@ -1,0 +1,74 @@
+"""`admission.status.queue_positions`: each waiting gang's place in its queue, by priority then
+submission; gangs admitted (by the object or assumed by the controller), finished or failed have
+no place. The function runs on the controller's event loop every cycle, so it reads record
+fields directly: these cases pin that it still means what `JobRecord.admission` means."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from admission.cache import Cache
+from admission.gangs import format_admitted
+from admission.status import queue_positions
+from policies.submitted import format_stamp
+from policies.vocabulary import PRIORITY, QUEUE, SUBMITTED
+
+NOW = 1_800_000_000.0
+
+
+def job(name: str, queue: str, seq: int, **annotations: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "resourceVersion": str(seq + 1),
+            "labels": {QUEUE: queue},
+            "annotations": {SUBMITTED: format_stamp(int(NOW) * 10**9 + seq, seq), **annotations},
+        },
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "suspend": True,
+            "template": {"spec": {"containers": [{"name": "m"}]}},
+        },
+        "status": {},
+    }
+
+
+def test_places_follow_priority_then_submission_per_queue() -> None:
+    cache = Cache()
+    for body in (
+        job("a1", "a", 1),
+        job("a2", "a", 2),
+        job("a3-urgent", "a", 3, **{PRIORITY: "10"}),
+        job("b1", "b", 4),
+        job("a4", "a", 5),
+    ):
+        cache.apply_job("ADDED", body)
+    assert queue_positions(cache) == {
+        "ns/a3-urgent": 1,
+        "ns/a1": 2,
+        "ns/a2": 3,
+        "ns/a4": 4,
+        "ns/b1": 1,
+    }
+
+
+def test_admitted_assumed_finished_and_failed_gangs_have_no_place() -> None:
+    cache = Cache()
+    admitted = job("admitted", "a", 1, **{"muster.dev/admitted": format_admitted(NOW, 1)})
+    admitted["spec"]["suspend"] = False
+    finished = job("finished", "a", 2)
+    finished["status"] = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
+    for body in (admitted, finished, job("assumed", "a", 3), job("failing", "a", 4)):
+        cache.apply_job("ADDED", body)
+    for body in (job("waits", "a", 5), job("waits-too", "a", 6)):
+        cache.apply_job("ADDED", body)
+    cache.assume_admitted(cache.jobs["ns/assumed"], time.time(), 1, {})
+    cache.assume_failed(cache.jobs["ns/failing"], "NeverFits: never fits")
+    assert queue_positions(cache) == {"ns/waits": 1, "ns/waits-too": 2}
+    # The assumed admission forgotten (its PATCH refused): the gang is back in its place.
+    cache.forget_admission(cache.jobs["ns/assumed"])
+    assert queue_positions(cache) == {"ns/assumed": 1, "ns/waits": 2, "ns/waits-too": 3}
