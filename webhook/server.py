@@ -174,6 +174,8 @@ class _Connection(asyncio.Protocol):
                 logger.exception("webhook review at /%s failed", path)
                 status, answer = 500, b'{"message":"internal error"}'
             self._send(status, answer, keep_alive)
+            if not keep_alive:
+                return  # closed after this answer: what else the client sent is dropped
             self._arm()
 
     def _send(self, status: int, body: bytes, keep_alive: bool) -> None:

@@ -239,10 +239,13 @@ def test_unknown_single_segment_path_is_a_denied_review_not_an_http_error(
 
 def test_connection_close_and_http_1_0_are_honoured(served: Served) -> None:
     with served.connect() as sock:
-        sock.sendall(_post(_review("c"), extra="Connection: close\r\n"))
-        status, headers, _ = _read_response(sock, bytearray())
+        # A request sent after the one asking to close is not answered.
+        sock.sendall(_post(_review("c"), extra="Connection: close\r\n") + _post(_review("e")))
+        pending = bytearray()
+        status, headers, _ = _read_response(sock, pending)
         assert status == 200 and headers["connection"] == "close"
-        assert _closed(sock)
+        assert not pending and _closed(sock)
+    assert served.server.reviews == 1
     with served.connect() as sock:
         body = _review("d")
         sock.sendall(
