@@ -335,12 +335,18 @@ def test_documented_bench_admit_runs_small(tmp_path: Path) -> None:
     # registers (and on exit removes) the one webhook configuration the session's muster uses.
     done = muster_cli(
         "bench", "admit", "--jobs", "20", "--nodes", "4", "--patches", "100",
-        "--concurrency", "4", "--submitters", "4", "--name", f"cli-bench-{os.getpid()}", "--json",
+        "--concurrency", "4", "--submitters", "4", "--rss-pending", "5",
+        "--name", f"cli-bench-{os.getpid()}", "--json",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["jobs"] == figures["admitted"] == 20
     assert figures["gangs_per_s"] > 0 and figures["raw_patch_per_s"] > 0
+    # Step 6 (issue 17 item 6): RSS with the pending Jobs, in the burst's controller and in a
+    # fresh one started over them.
+    assert figures["pending"] == 5
+    assert figures["controller_rss_mb_at_pending"] > 0
+    assert figures["controller_rss_mb_at_pending_fresh"] > 0
 
 
 def test_documented_bench_pipeline_runs_small() -> None:
