@@ -344,9 +344,7 @@ def job_record(body: Mapping[str, Any], previous: JobRecord | None = None) -> Jo
     pod_labels: Mapping[str, str] = ((spec.get("template") or {}).get("metadata") or {}).get(
         "labels"
     ) or {}
-    problem = _Problem()
-    admission = _admission_annotations(spec, annotations, problem)
-    fields, gang = _gang(namespace, name, spec, labels, annotations, admission.original, problem)
+    problem, admission, fields, gang = _read_gang(namespace, name, spec, labels, annotations)
     counts = eviction_counts(annotations)
     return JobRecord(
         namespace=namespace,
@@ -386,13 +384,25 @@ def gang_of(body: Mapping[str, Any]) -> Gang:
     eviction counts, the pin): what the webhook's never-fits screen asks about at create, about
     a third of `job_record`'s cost."""
     meta = body.get("metadata") or {}
-    spec = body.get("spec") or {}
+    namespace, name = meta.get("namespace") or "", meta.get("name") or ""
     labels: Mapping[str, str] = meta.get("labels") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
+    return _read_gang(namespace, name, body.get("spec") or {}, labels, annotations)[3]
+
+
+def _read_gang(
+    namespace: str,
+    name: str,
+    spec: Mapping[str, Any],
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+) -> tuple[_Problem, _Admission, GangFields, Gang]:
+    """What `job_record` and `gang_of` both read: the admission annotations (the spec as the
+    user wrote it), the gang fields and the planner's gang, and the last malformed field."""
     problem = _Problem()
     admission = _admission_annotations(spec, annotations, problem)
-    namespace, name = meta.get("namespace") or "", meta.get("name") or ""
-    return _gang(namespace, name, spec, labels, annotations, admission.original, problem)[1]
+    fields, gang = _gang(namespace, name, spec, labels, annotations, admission.original, problem)
+    return problem, admission, fields, gang
 
 
 class _Problem:
