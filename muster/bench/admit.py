@@ -65,11 +65,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def job_body(
-    name: str, queue: str | None, suspend: bool = False, pods: int = 1, runtime: str = "2s"
+    name: str,
+    queue: str | None,
+    suspend: bool = False,
+    pods: int = 1,
+    runtime: str | None = "2s",
 ) -> dict[str, Any]:
     """A Job of `pods` pods of 100m cpu that tolerate kwok's nodes and succeed after `runtime`
-    (kwok's Stage `muster-pod-complete`), labelled for `queue` when one is given."""
+    (kwok's Stage `muster-pod-complete`; None: they run until deleted), labelled for `queue`
+    when one is given."""
     labels = {"muster.dev/queue": queue} if queue else {}
+    template_meta = {"annotations": {"muster.dev/runtime": runtime}} if runtime else {}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -79,7 +85,7 @@ def job_body(
             "completions": pods,
             "suspend": suspend,
             "template": {
-                "metadata": {"annotations": {"muster.dev/runtime": runtime}},
+                "metadata": template_meta,
                 "spec": {
                     "restartPolicy": "Never",
                     "tolerations": [
@@ -149,29 +155,40 @@ class Created(NamedTuple):
 
 
 def create_jobs(
-    client: KubeClient, namespace: str, bodies: list[dict[str, Any]], threads: int
+    client: KubeClient,
+    namespace: str,
+    bodies: list[dict[str, Any]],
+    threads: int,
+    on_created: Callable[[], None] | None = None,
 ) -> dict[str, Created]:
     """Create the Jobs `bodies` from `threads` threads, retrying what the apiserver throttles or
-    fails; each Job's create time and stored annotations, by name."""
+    fails; each Job's create time and stored annotations, by name. `on_created` is called
+    after each one (from the creating thread), e.g. to show progress."""
     path = kubeapi.JOBS.path(namespace)
 
     def create(body: dict[str, Any]) -> tuple[str, Created]:
-        name = body["metadata"]["name"]
-        sent = time.time()
-        for attempt in range(20):
-            try:
-                stored = client.create(path, body)
-                return name, Created(sent, stored["metadata"].get("annotations") or {})
-            except ApiError as exc:
-                if exc.status == 409:
-                    return name, Created(sent, None)
-                if (exc.status < 500 and exc.status != 429) or attempt == 19:
-                    raise
-                time.sleep(0.2)
-        raise AssertionError("unreachable")
+        created = _create_one(client, path, body)
+        if on_created is not None:
+            on_created()
+        return body["metadata"]["name"], created
 
     with ThreadPoolExecutor(threads) as pool:
         return dict(pool.map(create, bodies))
+
+
+def _create_one(client: KubeClient, path: str, body: dict[str, Any]) -> Created:
+    sent = time.time()
+    for attempt in range(20):
+        try:
+            stored = client.create(path, body)
+            return Created(sent, stored["metadata"].get("annotations") or {})
+        except ApiError as exc:
+            if exc.status == 409:
+                return Created(sent, None)
+            if (exc.status < 500 and exc.status != 429) or attempt == 19:
+                raise
+            time.sleep(0.2)
+    raise AssertionError("unreachable")
 
 
 def start_muster(kubeconfig: Path, *flags: str) -> tuple[MusterRun, float]:

@@ -72,8 +72,10 @@ from admission import kubeapi
 from admission.kubeapi import ApiError, ApiUnreachable, KubeClient
 from admission.launcher import LaunchError, MusterRun, launch, stop_process
 from muster.bench import bench_main
+from muster.bench.admit import create_jobs
+from muster.bench.admit import job_body as admit_job_body
 from policies.submitted import format_stamp
-from policies.vocabulary import QUEUE, SUBMITTED
+from policies.vocabulary import SUBMITTED
 from simulator.controlplane.cluster import LocalCluster, NodeShape, cpu_seconds
 from simulator.report import percentile
 
@@ -212,38 +214,12 @@ def _py_spy() -> str | None:
 
 
 def job_body(name: str, queue_name: str, seq: int, base_ns: int) -> dict[str, Any]:
-    """A suspended one-pod Job of 100m cpu for `queue_name`, stamped as the webhook stamps
-    (sequence `seq`: the queue's order is the names' order); its pod tolerates kwok's nodes and,
-    without `muster.dev/runtime`, runs until deleted."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "labels": {QUEUE: queue_name},
-            "annotations": {SUBMITTED: format_stamp(base_ns + seq, seq)},
-        },
-        "spec": {
-            "parallelism": 1,
-            "completions": 1,
-            "suspend": True,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "tolerations": [
-                        {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
-                    ],
-                    "containers": [
-                        {
-                            "name": "m",
-                            "image": "x",
-                            "resources": {"requests": {"cpu": f"{POD_CPU_MILLI}m"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    """A suspended one-pod Job of 100m cpu for `queue_name` (`muster.bench.admit.job_body`),
+    stamped as the webhook stamps (sequence `seq`: the queue's order is the names' order); its
+    pod tolerates kwok's nodes and, without `muster.dev/runtime`, runs until deleted."""
+    body = admit_job_body(name, queue_name, suspend=True, runtime=None)
+    body["metadata"]["annotations"] = {SUBMITTED: format_stamp(base_ns + seq, seq)}
+    return body
 
 
 def gang_name(i: int) -> str:
@@ -253,27 +229,16 @@ def gang_name(i: int) -> str:
 def create_gangs(
     client: KubeClient, namespace: str, count: int, threads: int, say: Callable[[str], None]
 ) -> float:
-    """Create the `count` Jobs from `threads` threads, saying how far it got every few
-    seconds; the seconds it took."""
-    path = kubeapi.JOBS.path(namespace)
+    """Create the `count` Jobs from `threads` threads (`muster.bench.admit.create_jobs`),
+    saying how far it got every few seconds; the seconds it took."""
     base_ns = time.time_ns() - 3600 * 10**9
+    bodies = [job_body(gang_name(i), namespace, i, base_ns) for i in range(count)]
     done = 0
     lock = threading.Lock()
     began = last_said = time.monotonic()
 
-    def create(i: int) -> None:
+    def created() -> None:
         nonlocal done, last_said
-        body = job_body(gang_name(i), namespace, i, base_ns)
-        for attempt in range(20):
-            try:
-                client.create(path, body)
-                break
-            except ApiError as exc:
-                if exc.status == 409:
-                    break
-                if (exc.status < 500 and exc.status != 429) or attempt == 19:
-                    raise
-                time.sleep(0.2)
         with lock:
             done += 1
             now = time.monotonic()
@@ -282,8 +247,7 @@ def create_gangs(
                 rate = done / max(now - began, 1e-9)
                 say(f"  created {done}/{count} Jobs ({rate:.0f}/s)")
 
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(create, range(count)))
+    create_jobs(client, namespace, bodies, threads, on_created=created)
     return time.monotonic() - began
 
 
