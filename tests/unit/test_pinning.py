@@ -8,6 +8,7 @@ import pytest
 from admission.gangs import job_record, node_terms
 from admission.pinning import (
     HOSTNAME,
+    NAME_PIN_TERMS,
     NODE_NAME,
     PLACEMENT_GATE,
     Original,
@@ -40,10 +41,16 @@ def test_the_pin_is_anded_into_every_required_term_and_keeps_the_rest() -> None:
     terms = pinned["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
-    pin = {"key": HOSTNAME, "operator": "In", "values": ["h1", "h2"]}
+
+    def name(node: str) -> dict[str, object]:
+        return {"key": NODE_NAME, "operator": "In", "values": [node]}
+
+    # (user term 1 or user term 2) and (n1 or n2): four terms, each naming one node by name.
     assert terms == [
-        {"matchExpressions": [*USER_TERM["matchExpressions"], pin]},
-        {"matchExpressions": [pin]},
+        {**USER_TERM, "matchFields": [name("n1")]},
+        {**USER_TERM, "matchFields": [name("n2")]},
+        {"matchExpressions": [], "matchFields": [name("n1")]},
+        {"matchExpressions": [], "matchFields": [name("n2")]},
     ]
     assert pinned["podAntiAffinity"] == {"x": 1}
     # The input is not changed (it is the saved original).
@@ -55,13 +62,46 @@ def test_the_pin_is_anded_into_every_required_term_and_keeps_the_rest() -> None:
     )
 
 
-def test_a_node_without_a_hostname_label_gets_a_term_of_its_own() -> None:
-    pinned = pinned_affinity(None, {"n1": "h1", "bare": None})
+def test_every_term_of_a_small_pin_names_nodes_so_the_scheduler_prefilters_to_them() -> None:
+    """kube-scheduler's NodeAffinity PreFilter narrows the candidates to the named nodes only
+    when every term has a `metadata.name In` field; the user's own terms are kept in each."""
+    terms = pinned_affinity(None, {"n1": "h1"})["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms == [{"matchFields": [{"key": NODE_NAME, "operator": "In", "values": ["n1"]}]}]
+    nodes = {f"n{i}": f"h{i}" for i in range(NAME_PIN_TERMS)}
+    terms = pinned_affinity(None, nodes)["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert len(terms) == NAME_PIN_TERMS
+    assert all(t["matchFields"][0]["key"] == NODE_NAME for t in terms)
+    assert sorted(t["matchFields"][0]["values"][0] for t in terms) == sorted(nodes)
+
+
+def test_a_large_pin_names_nodes_by_hostname_and_a_bare_node_by_name() -> None:
+    nodes: dict[str, str | None] = {f"n{i}": f"h{i}" for i in range(NAME_PIN_TERMS)}
+    nodes["bare"] = None
+    pinned = pinned_affinity(None, nodes)
     terms = pinned["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
-    assert {"matchFields": [{"key": NODE_NAME, "operator": "In", "values": ["bare"]}]} in terms
+    hosts = sorted(h for h in nodes.values() if h)
+    assert terms[0] == {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": hosts}]}
+    assert terms[1] == {"matchFields": [{"key": NODE_NAME, "operator": "In", "values": ["bare"]}]}
     assert len(terms) == 2
+    # Two user terms double the term count: 129 nodes × 2 is past the limit.
+    two = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [USER_TERM, USER_TERM]
+            }
+        }
+    }
+    few = {f"n{i}": f"h{i}" for i in range(NAME_PIN_TERMS // 2 + 1)}
+    terms = pinned_affinity(two, few)["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert [t["matchExpressions"][-1]["key"] for t in terms] == [HOSTNAME, HOSTNAME]
 
 
 def test_the_original_round_trips_and_bad_values_say_what_is_wrong() -> None:
