@@ -25,10 +25,13 @@ import json
 import os
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from admission import kubeapi
 from admission.crd import queue_crd
@@ -118,6 +121,34 @@ def child_pids(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             out.append(int(stat.parent.name))
     return out
+
+
+def api_calls(run: MusterRun) -> dict[str, float]:
+    """The controller's API calls so far, from its metrics: `requests` (every request its
+    client sent, watches excluded), `writes` (all writes) and `writes:KIND` by what they do
+    (admit, place-pod, queue-status, event, ...). Empty if the metrics cannot be read."""
+    if run.metrics_url is None:
+        return {}
+    try:
+        with urllib.request.urlopen(f"{run.metrics_url}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {"requests": 0.0, "writes": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "muster_api_requests_total":
+                out["requests"] += sample.value
+            elif sample.name == "muster_api_writes_total":
+                kind = f"writes:{sample.labels.get('write', '')}"
+                out[kind] = out.get(kind, 0.0) + sample.value
+                out["writes"] += sample.value
+    return out
+
+
+def per_gang(calls: dict[str, float], gangs: int) -> dict[str, float]:
+    """`api_calls` figures divided by the gangs they served (rounded)."""
+    return {k: round(v / gangs, 3) for k, v in sorted(calls.items())} if gangs else {}
 
 
 def cpu_of(pids: dict[str, int]) -> dict[str, float]:
@@ -375,6 +406,7 @@ def _burst(
         "controller_rss_mb": round(rss, 1),
         "cpu_s": cpu,
         "muster_cpu_ms_per_gang": round(1000 * muster_cpu / max(len(times), 1), 2),
+        "api_per_gang": per_gang(api_calls(proc), len(times)),
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
     if not args.json:

@@ -49,11 +49,13 @@ from admission.streamwatch import StreamWatch, list_collection
 from muster.bench import bench_main
 from muster.bench.admit import (
     Created,
+    api_calls,
     child_pids,
     cpu_of,
     create_jobs,
     create_namespaces_and_queues,
     job_body,
+    per_gang,
     start_muster,
 )
 from muster.bench.apiserver import fresh_namespace
@@ -263,6 +265,8 @@ class Round:
     cpu_s: dict[str, float] = field(default_factory=dict)
     evicted: int = 0
     cleanup_s: float = 0.0
+    api: dict[str, float] = field(default_factory=dict)
+    """(b): muster's API calls over the round (`admit.api_calls`)."""
 
     @property
     def jobs_per_s(self) -> float:
@@ -286,6 +290,7 @@ class Round:
             out["create_to_admitted_p50_s"] = _rounded(percentile(self.to_admitted, 50))
             out["create_to_admitted_p99_s"] = _rounded(percentile(self.to_admitted, 99))
             out["evicted"] = self.evicted
+            out["muster_api_per_job"] = per_gang(self.api, self.completed)
         return out
 
 
@@ -338,6 +343,8 @@ def _measure(bench: Bench, result: Round, watch: PipelineWatch, muster: MusterRu
     _wait_complete(bench, result, watch)
     cpu_after = cpu_of(pids)
     result.cpu_s = {k: cpu_after[k] - v for k, v in cpu_before.items() if k in cpu_after}
+    if muster is not None:
+        result.api = api_calls(muster)  # a fresh `muster run` each round: counted from 0
     complete, admitted, result.evicted = watch.seen()
     result.completed = len(complete)
     result.wall_s = (max(complete.values()) if complete else time.time()) - first
@@ -438,6 +445,12 @@ def side_figures(rounds: Sequence[Round]) -> dict[str, Any]:
         "cpu_s_cluster": round(cluster_cpu, 1),
     }
     muster = sum(cpu.get(name, 0.0) for name in MUSTER)
+    calls: dict[str, float] = defaultdict(float)
+    for r in rounds:
+        for kind, count in r.api.items():
+            calls[kind] += count
+    if calls:
+        out["muster_api_per_job"] = per_gang(dict(calls), sum(r.completed for r in rounds))
     if muster:
         out["muster_cpu_share"] = round(muster / cluster_cpu, 3) if cluster_cpu else None
     return out

@@ -342,6 +342,9 @@ def test_documented_bench_admit_runs_small(tmp_path: Path) -> None:
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["jobs"] == figures["admitted"] == 20
     assert figures["gangs_per_s"] > 0 and figures["raw_patch_per_s"] > 0
+    # The controller's API calls per admitted gang, from its metrics: at least its admission.
+    assert figures["api_per_gang"]["writes:admit"] >= 1
+    assert figures["api_per_gang"]["requests"] >= figures["api_per_gang"]["writes"] >= 1
     # Step 6 (issue 17 item 6): RSS with the pending Jobs, in the burst's controller and in a
     # fresh one started over them.
     assert figures["pending"] == 5
@@ -374,6 +377,9 @@ def test_documented_bench_pipeline_runs_small() -> None:
     # muster ran in (b) only, and admitted every Job there.
     assert "muster" in figures["b"]["cpu_s"] and "muster" not in figures["a"]["cpu_s"]
     assert all(r["create_to_admitted_p99_s"] > 0 for r in figures["rounds"] if r["side"] == "b")
+    # ... with one admission per Job, and its other API calls counted per Job.
+    assert figures["b"]["muster_api_per_job"]["writes:admit"] >= 1.0
+    assert figures["b"]["muster_api_per_job"]["requests"] >= 1.0
     # The unmeasured warm-up pair (the burst's first Jobs: all 20 here) is reported apart.
     assert [(r["round"], r["side"], r["completed"]) for r in figures["warmup"]] == [
         (0, "a", 20), (0, "b", 20),

@@ -45,6 +45,8 @@ def _round(number: int, side: pipeline.Side, rate: float, to_running: list[float
     if side == "b":
         cpu |= {"muster": 3.0, "muster-webhook": 1.0}
     result = Round(number, side, f"ns-{number}{side}", 1.0, completed=100, wall_s=100 / rate)
+    if side == "b":
+        result.api = {"requests": 150.0 * number, "writes": 100.0 * number, "writes:admit": 100.0}
     result.to_running = to_running
     result.cpu_s = cpu
     return result
@@ -60,6 +62,9 @@ def test_a_sides_figures_pool_its_jobs_and_average_its_rounds() -> None:
     # The client is the users' side: not in the cluster's CPU, nor in muster's share.
     assert figures["cpu_s_cluster"] == 19.0
     assert figures["muster_cpu_share"] == round(4 / 19, 3)
+    # muster's API calls per Job: summed over the rounds, over all their Jobs.
+    assert figures["muster_api_per_job"] == {"requests": 2.25, "writes": 1.5, "writes:admit": 1.0}
+    assert rounds[1].figures()["muster_api_per_job"]["writes"] == 2.0
 
 
 def test_the_json_line_compares_b_with_a() -> None:
@@ -81,6 +86,7 @@ def test_the_json_line_compares_b_with_a() -> None:
         (2, "b"),
     ]
     assert "muster_cpu_share" not in line["a"] and line["b"]["muster_cpu_share"] > 0
+    assert "muster_api_per_job" not in line["a"] and line["b"]["muster_api_per_job"]
     printed: list[str] = []
     pipeline.print_table(line, printed.append)
     assert any(row.startswith("Jobs completed/s") for row in printed)
