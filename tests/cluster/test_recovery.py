@@ -166,3 +166,38 @@ def test_the_documented_urllib_client_follows_its_gang(
         assert last.split()[0] in ("Running", "Finished"), done.stdout
     finally:
         delete_queue(kube, q)
+
+
+def test_the_documented_urllib_client_stops_when_its_job_is_deleted(
+    kube: KubeClient, namespace: str, muster: MusterProcess
+) -> None:
+    # A gang that waits (a long one holds its queue's room), then is deleted: the snippet,
+    # holding a long-poll, hears a 404 for a gang it has seen, and stops saying so instead of
+    # asking again every second forever.
+    q = f"{namespace}-gone"
+    create_queue(kube, q, {"nominal": {"cpu": "1"}})
+    kube.create(jobs_path(namespace), gang_job("holder", q, pods=1, cpu="1", runtime="600s"))
+    holder = f"{jobs_path(namespace)}/holder"
+    wait_for(lambda: admitted(kube.get(holder)), timeout=60, what="the holder admitted")
+    client = subprocess.Popen(
+        [sys.executable, "-c", documented_client()],
+        env={**os.environ, "MUSTER_STATUS_URL": muster.status_url}
+        | {"NS": namespace, "JOB": "gone"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        kube.create(jobs_path(namespace), gang_job("gone", q, pods=1, cpu="1"))
+        assert client.stdout is not None
+        first = client.stdout.readline()  # the gang seen, waiting behind the holder
+        assert first.split()[0] in ("Waiting", "Pending"), first
+        kube.delete(f"{jobs_path(namespace)}/gone")
+        _, stderr = client.communicate(timeout=60)
+        assert client.returncode == 1, stderr
+        assert "gang gone was deleted" in stderr
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+        delete_queue(kube, q)
