@@ -358,6 +358,12 @@ class Credentials:
                     self._run_hook()
         return self._authorization
 
+    def authorize(self, headers: dict[str, str]) -> dict[str, str]:
+        """`headers` with the Authorization header to send now, if there is one."""
+        if authorization := self.authorization():
+            headers["Authorization"] = authorization
+        return headers
+
     def renew(self, rejected: int) -> bool:
         """After a 401 to a request sent with `version` `rejected`: load the source again.
 

@@ -250,9 +250,7 @@ class KubeClient:
         renewed = False
         while True:
             version = credentials.version
-            authorization = credentials.authorization()
-            if authorization:
-                headers["Authorization"] = authorization
+            credentials.authorize(headers)
             status, data, retry_after = self._send(method, target, payload, headers)
             if status == 401 and not renewed:
                 renewed = True
@@ -373,9 +371,7 @@ class KubeClient:
     def raw_get(self, path: str) -> tuple[int, bytes]:
         """GET a non-JSON endpoint (/readyz, /metrics); returns (status, body). Sends the
         bearer token, if the credentials have one (a token user may read /metrics)."""
-        headers = {"User-Agent": self.user_agent}
-        if authorization := self.credentials.authorization():
-            headers["Authorization"] = authorization
+        headers = self.credentials.authorize({"User-Agent": self.user_agent})
         conn = self._connection()
         try:
             conn.request("GET", path, headers=headers)
@@ -427,10 +423,7 @@ class WatchStream:
         renewed = False
         while True:
             version = credentials.version
-            headers = {"Accept": JSON, "User-Agent": client.user_agent}
-            authorization = credentials.authorization()
-            if authorization:
-                headers["Authorization"] = authorization
+            headers = credentials.authorize({"Accept": JSON, "User-Agent": client.user_agent})
             conn = _Connection(credentials, _tls_context(credentials), wait)
             self._conn = conn
             try:
