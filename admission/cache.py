@@ -907,7 +907,12 @@ def cache_key(kind: str, body: Mapping[str, Any]) -> str:
 
 
 def _visible(r: JobRecord) -> tuple[object, ...]:
+    """What a gang's status and its plan depend on: a change bumps its version (long-polls
+    wake) and starts a cycle. `gang` is what the planner reads of it (queue, size, priority,
+    requests, placement rules)."""
     return (
+        r.gang,
+        r.parse_error,
         r.suspended,
         r.admission,
         r.evictions,

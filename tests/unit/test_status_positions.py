@@ -6,6 +6,7 @@ fields directly: these cases pin that it still means what `JobRecord.admission` 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from admission.cache import Cache
@@ -72,3 +73,34 @@ def test_admitted_assumed_finished_and_failed_gangs_have_no_place() -> None:
     # The assumed admission forgotten (its PATCH refused): the gang is back in its place.
     cache.forget_admission(cache.jobs["ns/assumed"])
     assert queue_positions(cache) == {"ns/assumed": 1, "ns/waits": 2, "ns/waits-too": 3}
+
+
+def test_a_change_the_planner_sees_bumps_the_gangs_version_and_one_it_does_not_does_not() -> None:
+    # Long-pollers hear of a new priority, queue or node selector at once (their answer shows
+    # it, and the gang's place moves); a change of nothing muster reads (a label of the
+    # user's) is not a change of the gang's status.
+    cache = Cache()
+    body = job("a1", "a", 1)
+    cache.apply_job("ADDED", body)
+    seen = cache.gang_versions["ns/a1"]
+    # (A spec change bumps metadata.generation, as the apiserver does.)
+    changes: list[Callable[[dict[str, Any]], object]] = [
+        lambda b: b["metadata"]["labels"].update({PRIORITY: "5"}),
+        lambda b: b["metadata"]["labels"].update({QUEUE: "b"}),
+        lambda b: (
+            b["spec"]["template"]["spec"].update(nodeSelector={"pool": "a"}),
+            b["metadata"].update(generation=2),
+        ),
+    ]
+    for change in changes:
+        cache.changed.clear()
+        change(body)
+        body["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
+        cache.apply_job("MODIFIED", body)
+        assert cache.gang_versions["ns/a1"] > seen
+        assert cache.changed.is_set()
+        seen = cache.gang_versions["ns/a1"]
+    body["metadata"]["labels"]["team"] = "x"
+    body["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
+    cache.apply_job("MODIFIED", body)
+    assert cache.gang_versions["ns/a1"] == seen
