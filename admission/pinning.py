@@ -133,9 +133,12 @@ def _int_or_none(value: object) -> int | None:
     return int(value)
 
 
-NAME_PIN_TERMS: Final = 256
+NAME_PIN_TERMS: Final = 64
 """Up to this many terms (planned nodes × the user's required terms) a pin names each node by
-`matchFields` on its name; past it, by its hostname label (see `pinned_affinity`)."""
+`matchFields` on its name; past it, by its hostname label (see `pinned_affinity`). Each named
+node adds ~80 bytes to the Job, carried by every Job event every watcher decodes; and the pods
+of a gang on more than one node are gated, so each gets a `nodeSelector` that turns every other
+node away at one of the scheduler's first, cheap checks."""
 
 
 def pinned_affinity(
@@ -145,7 +148,7 @@ def pinned_affinity(
     label, None if it has none): ANDed into each required term (terms are ORed, so every one
     must carry it), one term of its own if there were none.
 
-    Up to `NAME_PIN_TERMS` terms, each node gets a term of its own per user term, matching its
+    Up to `NAME_PIN_TERMS` terms (64), each node gets a term of its own per user term, matching its
     name (`matchFields` `metadata.name`, which allows only one value): when every term names
     nodes so, kube-scheduler's NodeAffinity PreFilter hands back just those nodes and the
     scheduler filters and scores the planned nodes only, not the whole cluster (measured: with

@@ -89,7 +89,7 @@ def test_a_large_pin_names_nodes_by_hostname_and_a_bare_node_by_name() -> None:
     assert terms[0] == {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": hosts}]}
     assert terms[1] == {"matchFields": [{"key": NODE_NAME, "operator": "In", "values": ["bare"]}]}
     assert len(terms) == 2
-    # Two user terms double the term count: 129 nodes × 2 is past the limit.
+    # Two user terms double the term count: (limit / 2 + 1) nodes × 2 is past the limit.
     two = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
