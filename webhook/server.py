@@ -12,9 +12,10 @@ socket, and back), about twice what the decision costs (docs/benchmarks.md). Her
 connection's thread reads with OpenSSL straight from the socket, parses, answers and writes, and
 sleeps in `recv` (without the GIL) between reviews; the operator's event loop (kopf's watches)
 is not on the review's path. A review is: find the end of the headers, read `Content-Length`,
-decode the body, answer. What the apiserver's client does not send is refused plainly: a
-chunked body (411), a body over `MAX_BODY` (413), headers over `MAX_HEAD` (431), any method but
-POST (405). A connection silent for `idle_timeout` seconds is closed (the apiserver's own client
+decode the body (orjson: a review decodes in less than half the time of the standard library's
+`json`), answer. What the apiserver's client does not send is refused plainly: a chunked body
+(411), a body over `MAX_BODY` (413), headers over `MAX_HEAD` (431), any method but POST (405).
+A connection silent for `idle_timeout` seconds is closed (the apiserver's own client
 drops idle ones after 90 s); at most `MAX_CONNECTIONS` are served at once (the apiserver keeps
 a few).
 
@@ -28,13 +29,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import socket
 import ssl
 import threading
 import time
 from dataclasses import dataclass, field
+
+import orjson
 
 from policies.submitted import SubmissionClock
 from webhook.decision import WebhookSettings
@@ -105,8 +107,8 @@ class WebhookServer:
         """The JSON answer to one review posted to `/<path>`; raises _HttpError (400) for a
         body that is not a JSON object."""
         try:
-            review = json.loads(body)
-        except ValueError as exc:
+            review = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
             raise _HttpError(400, f"not an AdmissionReview: {exc}") from None
         if not isinstance(review, dict):
             raise _HttpError(400, "not an AdmissionReview: the body is not a JSON object")
@@ -115,7 +117,7 @@ class WebhookServer:
         )
         with self._lock:
             self.reviews += 1
-        return json.dumps(response, separators=(",", ":")).encode()
+        return orjson.dumps(response)
 
     async def start(self) -> None:
         """Listen, and accept connections on a thread of the server's own."""
@@ -277,7 +279,7 @@ class _Connection:
 
 
 def _error_body(exc: _HttpError) -> bytes:
-    return json.dumps({"message": str(exc)}).encode()
+    return orjson.dumps({"message": str(exc)})
 
 
 def _take_request(buffer: bytearray) -> tuple[str, bytes, bool] | None:
