@@ -10,7 +10,7 @@ import base64
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 import orjson
@@ -79,7 +79,7 @@ def json_patch(obj: Mapping[str, Any], merge: Mapping[str, Any], prefix: str = "
     """
     ops: JsonPatch = []
     for key, value in merge.items():
-        path = prefix + pointer(key)
+        path = prefix + _step(key)
         if key not in obj:
             ops.append({"op": "add", "path": path, "value": value})
         elif _is_mapping(value) and _is_mapping(current := obj[key]):
@@ -87,6 +87,12 @@ def json_patch(obj: Mapping[str, Any], merge: Mapping[str, Any], prefix: str = "
         elif obj[key] != value:
             ops.append({"op": "replace", "path": path, "value": value})
     return ops
+
+
+@lru_cache(maxsize=64)
+def _step(key: str) -> str:
+    # The merge patches' keys are the decision's own few (metadata, labels, muster.dev/queue...).
+    return pointer(key)
 
 
 def _is_mapping(value: object) -> bool:
