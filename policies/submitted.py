@@ -17,6 +17,7 @@ import datetime as dt
 import re
 import threading
 import time
+from functools import lru_cache
 
 from policies.model import SubmitStamp
 
@@ -42,8 +43,13 @@ class StampError(ValueError):
 
 def format_stamp(time_ns: int, seq: int) -> str:
     seconds, nanos = divmod(time_ns, 1_000_000_000)
-    base = dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{base}.{nanos:09d}Z/{seq:012d}"
+    return f"{_second(seconds)}.{nanos:09d}Z/{seq:012d}"
+
+
+@lru_cache(maxsize=4)
+def _second(seconds: int) -> str:
+    # Stamps come in bursts within the same second: format each second once.
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def parse_stamp(value: str, name: str = "") -> SubmitStamp:

@@ -99,20 +99,32 @@ class NeverFitsCheck:
 
     # -- the question ----------------------------------------------------------------------
 
+    def screens(self, queue: str) -> bool:
+        """Whether `verdict` can say anything of a gang in `queue`: False for a queue unknown,
+        not Ready or with children (the verdict is then None whatever the gang), so the caller
+        need not read the gang at all."""
+        with self._lock:
+            return self._current().tree.is_leaf(queue)
+
     def verdict(self, gang: Gang) -> tuple[Reason, NeverFitsAction] | None:
         """The planner's NeverFits reason for `gang` and its queue's `spec.neverFits`, or None
         when it could fit (or its queue is unknown or not Ready: other messages say so)."""
         with self._lock:
-            screen = self._screen
-            if screen is None:
-                screen = self._screen = NeverFitsScreen(
-                    self._tree_of_ready(),
-                    None if self._nodes is None else list(self._nodes.values()),
-                )
+            screen = self._current()
             reason = screen.verdict(gang)
             if reason is None:
                 return None
             return reason, screen.tree.queues[gang.queue].never_fits
+
+    def _current(self) -> NeverFitsScreen:
+        """The screen over what was last fed (built again after a change); under the lock."""
+        screen = self._screen
+        if screen is None:
+            screen = self._screen = NeverFitsScreen(
+                self._tree_of_ready(),
+                None if self._nodes is None else list(self._nodes.values()),
+            )
+        return screen
 
     def _tree_of_ready(self) -> QueueTree:
         """The Ready queues, as the controller plans with them (`admission.cache`)."""

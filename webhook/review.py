@@ -7,12 +7,13 @@ deep-copying and diffing the whole object (what made kopf's generic path cost ~3
 from __future__ import annotations
 
 import base64
-import json
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
+
+import orjson
 
 from policies.kinds import JOB, MINICLUSTER, Kind, KindName
 from policies.kinds.fields import pointer
@@ -78,14 +79,25 @@ def json_patch(obj: Mapping[str, Any], merge: Mapping[str, Any], prefix: str = "
     """
     ops: JsonPatch = []
     for key, value in merge.items():
-        path = prefix + pointer(key)
+        path = prefix + _step(key)
         if key not in obj:
             ops.append({"op": "add", "path": path, "value": value})
-        elif isinstance(value, Mapping) and isinstance(obj[key], Mapping):
-            ops.extend(json_patch(obj[key], value, path))
+        elif _is_mapping(value) and _is_mapping(current := obj[key]):
+            ops.extend(json_patch(current, value, path))
         elif obj[key] != value:
             ops.append({"op": "replace", "path": path, "value": value})
     return ops
+
+
+@lru_cache(maxsize=64)
+def _step(key: str) -> str:
+    # The merge patches' keys are the decision's own few (metadata, labels, muster.dev/queue...).
+    return pointer(key)
+
+
+def _is_mapping(value: object) -> bool:
+    # A decoded review holds dicts; the ABC check (slow) is for other mappings only.
+    return type(value) is dict or isinstance(value, Mapping)
 
 
 def _response(
@@ -105,7 +117,7 @@ def _response(
         payload["warnings"] = list(warnings)
     if patch:
         payload["patchType"] = "JSONPatch"
-        payload["patch"] = base64.b64encode(json.dumps(patch).encode()).decode("ascii")
+        payload["patch"] = base64.b64encode(orjson.dumps(patch)).decode("ascii")
     if message is not None:
         payload["status"] = {"message": message, "code": code or 400}
         if code == 429:
@@ -183,6 +195,8 @@ def _screen(
     """The planner's NeverFits screen at create: `decision` with a warning (`spec.neverFits:
     Warn`), or NeverFits raised (`Reject`). Checked before the queue's limits, so a refused
     gang is never counted as pending."""
+    if not state.never_fits.screens(queue):
+        return decision  # the verdict would be None: no need to read the gang
     try:
         gang = gang_of()
     except (ValueError, TypeError, KeyError):

@@ -1,28 +1,42 @@
-"""The webhook's HTTPS endpoint: a small HTTP/1.1 server on an asyncio Protocol, in the
-operator's event loop, calling `review_response`.
+"""The webhook's HTTPS endpoint: a small HTTP/1.1 server on blocking sockets, one thread per
+connection, calling `review_response`.
 
 One route, `POST /{path}` (one path segment); the body is an AdmissionReview, the answer is built
 by the pure `webhook.review.review_response` from the in-memory `WebhookState`. TLS 1.2 or newer;
 a renewed certificate is picked up without a restart (`webhook.serving.ServingCertificate`).
 
-Why not aiohttp (which served it until issue 17): the apiserver sends one small POST after
-another over a few kept-alive connections, and aiohttp's request machinery (a Request object,
-the router, a StreamReader, a Response with its headers) cost about 0.3 ms of CPU per review,
-twice what the decision itself costs. Here a review is: find the end of the headers, read
-`Content-Length`, decode the body, answer. What the apiserver's client does not send is refused
-plainly: a chunked body (411), a body over `MAX_BODY` (413), headers over `MAX_HEAD` (431), any
-method but POST (405). Connections idle for `IDLE_TIMEOUT` seconds are closed (the apiserver's
-own client drops idle ones after 90 s).
+Why threads and blocking sockets (issue 17): the apiserver sends one small POST after another
+over a few kept-alive connections. On an event loop every review paid for the loop's wake-ups
+and for TLS through a memory BIO (OpenSSL writes into a buffer, the loop copies it to the
+socket, and back), about twice what the decision costs (docs/benchmarks.md). Here a
+connection's thread reads with OpenSSL straight from the socket, parses, answers and writes, and
+sleeps in `recv` (without the GIL) between reviews; the operator's event loop (kopf's watches)
+is not on the review's path. A review is: find the end of the headers, read `Content-Length`,
+decode the body (orjson: a review decodes in less than half the time of the standard library's
+`json`), answer. What the apiserver's client does not send is refused plainly: a chunked body
+(411), a body over `MAX_BODY` (413), headers over `MAX_HEAD` (431), any method but POST (405).
+A connection silent for `idle_timeout` seconds is closed (the apiserver's own client
+drops idle ones after 90 s); at most `MAX_CONNECTIONS` are served at once (the apiserver keeps
+a few).
+
+Reviews on different connections run at once in their threads: what they share
+(`WebhookState`'s backlog and never-fits check, the `SubmissionClock`) is locked, and the
+watches that feed the state (kopf's handlers on the event loop, the streams' threads) only
+replace whole entries, as with kopf's handler threads before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
+import socket
+import ssl
+import threading
+import time
 from dataclasses import dataclass, field
-from typing import cast
+
+import orjson
 
 from policies.submitted import SubmissionClock
 from webhook.decision import WebhookSettings
@@ -36,7 +50,15 @@ MAX_HEAD = 64 * 1024
 MAX_BODY = 16 * 1024 * 1024
 """Bytes of body accepted (413 beyond); the apiserver's own limit on an object is 3 MiB."""
 IDLE_TIMEOUT = 120.0
-"""Seconds a kept-alive connection may wait for its next request."""
+"""Seconds a connection may stay silent (waiting for its next request, or inside one)."""
+MAX_CONNECTIONS = 256
+"""Connections served at once (each holds a thread); one more is closed at once."""
+LINGER = 1.0
+"""Seconds to keep reading (and dropping) what a client still sends after an answer that
+closes the connection early (431, 413, ...), so that closing with unread bytes does not reset
+the connection before the client has read the answer."""
+_READ = 256 * 1024
+"""Bytes asked of one `recv_into`."""
 
 _REASONS = {
     200: "OK",
@@ -71,99 +93,156 @@ class WebhookServer:
     certificate: ServingCertificate | None = None
     """TLS >= 1.2 and the certificate, reloaded in place; set by `start`."""
     idle_timeout: float = IDLE_TIMEOUT
+    """Read when a connection is accepted."""
     reviews: int = 0
     """Reviews answered so far (with an AdmissionReview: allowed or not)."""
-    _server: asyncio.Server | None = None
+    _listener: socket.socket | None = None
+    _acceptor: threading.Thread | None = None
     _reloads: asyncio.Task[None] | None = None
     _connections: set[_Connection] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stopping: bool = False
 
     def answer(self, path: str, body: bytes) -> bytes:
         """The JSON answer to one review posted to `/<path>`; raises _HttpError (400) for a
         body that is not a JSON object."""
         try:
-            review = json.loads(body)
-        except ValueError as exc:
+            review = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
             raise _HttpError(400, f"not an AdmissionReview: {exc}") from None
         if not isinstance(review, dict):
             raise _HttpError(400, "not an AdmissionReview: the body is not a JSON object")
         response = review_response(
             review, path=path, state=self.state, settings=self.settings, stamp=self.clock.stamp
         )
-        self.reviews += 1
-        return json.dumps(response, separators=(",", ":")).encode()
+        with self._lock:
+            self.reviews += 1
+        return orjson.dumps(response)
 
     async def start(self) -> None:
+        """Listen, and accept connections on a thread of the server's own."""
         self.certificate = ServingCertificate(self.certfile, self.keyfile)
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: _Connection(self),
-            self.addr,
-            self.port,
-            ssl=self.certificate.context,
-            reuse_address=True,
+        self._stopping = False
+        family, _, _, _, address = socket.getaddrinfo(
+            self.addr, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        self._listener = socket.create_server(address[:2], family=family, backlog=128)
+        self._acceptor = threading.Thread(
+            target=self._accept, args=(self._listener,), name="webhook-accept", daemon=True
         )
+        self._acceptor.start()
+        loop = asyncio.get_running_loop()
         self._reloads = loop.create_task(self.certificate.watch(self.reload_interval))
         logger.info("webhook serving on https://%s:%d", self.addr, self.port)
 
     async def stop(self) -> None:
+        """Stop accepting, close every open connection (an answer being written is finished
+        first) and wait for their threads."""
         if self._reloads is not None:
             self._reloads.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reloads
             self._reloads = None
-        if self._server is not None:
-            self._server.close()
-            for connection in list(self._connections):
-                connection.close()
-            await self._server.wait_closed()
-            self._server = None
+        listener, self._listener = self._listener, None
+        if listener is None:
+            return
+        with self._lock:
+            self._stopping = True
+            connections = list(self._connections)
+        _shutdown(listener)  # wakes `accept`
+        for connection in connections:
+            connection.close()
+        threads = [c.thread for c in connections]
+        if self._acceptor is not None:
+            threads.append(self._acceptor)
+        await asyncio.to_thread(_join, threads, 10.0)
+        listener.close()
+        self._acceptor = None
 
     @property
     def url(self) -> str:
         return f"https://{self.addr}:{self.port}"
 
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                raw, _ = listener.accept()
+            except OSError:
+                return  # shut down by `stop`
+            assert self.certificate is not None
+            with self._lock:
+                refused = self._stopping or len(self._connections) >= MAX_CONNECTIONS
+                if not refused:
+                    connection = _Connection(self, raw, self.certificate.context)
+                    self._connections.add(connection)
+            if refused:
+                if not self._stopping:
+                    logger.warning(
+                        "webhook: %d connections open; closing a new one", MAX_CONNECTIONS
+                    )
+                raw.close()
+                continue
+            connection.thread.start()
 
-class _Connection(asyncio.Protocol):
-    """One client connection: requests one after another (keep-alive), each answered in turn."""
+    def _forget(self, connection: _Connection) -> None:
+        with self._lock:
+            self._connections.discard(connection)
 
-    def __init__(self, server: WebhookServer) -> None:
+
+def _shutdown(sock: socket.socket, how: int = socket.SHUT_RDWR) -> None:
+    """Shut the socket down at the TCP level (for an SSLSocket too: no TLS alert, and safe
+    while another thread reads it, which wakes up to an end of stream)."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, how)
+
+
+def _join(threads: list[threading.Thread], timeout: float) -> None:
+    for thread in threads:
+        thread.join(timeout)
+
+
+class _Connection:
+    """One client connection, served by its own thread: requests one after another
+    (keep-alive), each answered in turn."""
+
+    def __init__(self, server: WebhookServer, raw: socket.socket, context: ssl.SSLContext) -> None:
         self.server = server
-        self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
-        self.idle: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses; both have what is used here.
-        self.transport = cast(asyncio.Transport, transport)
-        self.server._connections.add(self)
-        self._arm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.server._connections.discard(self)
-        if self.idle is not None:
-            self.idle.cancel()
-        self.transport = None
+        raw.settimeout(server.idle_timeout)
+        # No I/O yet (the handshake is the thread's): `close` has this one socket to shut down.
+        self.sock = context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+        self.thread = threading.Thread(target=self.serve, name="webhook-connection", daemon=True)
 
     def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
+        """From another thread: end the connection (its thread sees an end of stream)."""
+        _shutdown(self.sock)
 
-    def _arm(self) -> None:
-        if self.idle is not None:
-            self.idle.cancel()
-        loop = asyncio.get_running_loop()
-        self.idle = loop.call_later(self.server.idle_timeout, self.close)
+    def serve(self) -> None:
+        try:
+            self.sock.do_handshake()
+            self._requests()
+        except (OSError, ValueError):  # reset, timed out, TLS failure, closed by `stop`
+            pass
+        finally:
+            self.sock.close()
+            self.server._forget(self)
 
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while self.transport is not None:
+    def _requests(self) -> None:
+        buffer = bytearray()
+        chunk = bytearray(_READ)
+        view = memoryview(chunk)
+        while True:
             try:
-                request = _take_request(self.buffer)
+                request = _take_request(buffer)
             except _HttpError as exc:
                 self._send(exc.status, _error_body(exc), keep_alive=False)
+                self._linger(view)
                 return
             if request is None:
-                return
+                read = self.sock.recv_into(view)
+                if not read:
+                    return
+                buffer += view[:read]
+                continue
             path, body, keep_alive = request
             try:
                 answer = self.server.answer(path, body)
@@ -176,12 +255,8 @@ class _Connection(asyncio.Protocol):
             self._send(status, answer, keep_alive)
             if not keep_alive:
                 return  # closed after this answer: what else the client sent is dropped
-            self._arm()
 
     def _send(self, status: int, body: bytes, keep_alive: bool) -> None:
-        transport = self.transport
-        if transport is None:
-            return
         head = (
             f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"
             "Content-Type: application/json\r\n"
@@ -189,13 +264,22 @@ class _Connection(asyncio.Protocol):
             + ("" if keep_alive else "Connection: close\r\n")
             + "\r\n"
         )
-        transport.write(head.encode("ascii") + body)
-        if not keep_alive:
-            transport.close()
+        self.sock.sendall(head.encode("ascii") + body)
+
+    def _linger(self, view: memoryview) -> None:
+        """After an error answer that closes: stop sending, read what the client still sends
+        for up to `LINGER` seconds, then close (see `LINGER`)."""
+        _shutdown(self.sock, socket.SHUT_WR)
+        deadline = time.monotonic() + LINGER
+        with contextlib.suppress(OSError, ValueError):
+            while (left := deadline - time.monotonic()) > 0:
+                self.sock.settimeout(left)
+                if not self.sock.recv_into(view):
+                    return
 
 
 def _error_body(exc: _HttpError) -> bytes:
-    return json.dumps({"message": str(exc)}).encode()
+    return orjson.dumps({"message": str(exc)})
 
 
 def _take_request(buffer: bytearray) -> tuple[str, bytes, bool] | None:

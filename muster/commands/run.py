@@ -3,8 +3,9 @@
 By default the webhook runs in a child process and the controller in this one (`--one-process`
 puts both in one; `--no-controller` / `--no-webhook` run one of them); a webhook child that dies
 is started again (`WebhookChild`). The webhook is served by
-`webhook.server` in its kopf event loop (`--webhook-server kopf`: by kopf's `@kopf.on.mutate`
-handlers on `kopf.WebhookServer` instead); kopf's watches keep the webhook's view of namespaces,
+`webhook.server` (started from its kopf event loop, serving each connection on a thread;
+`--webhook-server kopf`: by kopf's `@kopf.on.mutate` handlers on `kopf.WebhookServer`
+instead); kopf's watches keep the webhook's view of namespaces,
 Queues and MiniClusters current. `--local` serves it on loopback
 with a fresh self-signed CA (or `--tls-cert`/`--tls-key` signed by `--tls-ca`) and writes the
 MutatingWebhookConfiguration (url + caBundle) itself once the server accepts connections; it
@@ -88,8 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("auto", "asyncio", "uvloop"),
         default="auto",
         help="the process's event loop. auto (default): uvloop for a webhook-only process "
-        "(--no-controller, what `muster run` starts as its webhook child: its TLS and sockets "
-        "cost about a third less CPU per review), asyncio otherwise",
+        "(--no-controller, what `muster run` starts as its webhook child: its watches; the "
+        "reviews are served on threads of their own, off the loop), asyncio otherwise",
     )
     parser.add_argument(
         "--tls-cert",

@@ -312,3 +312,31 @@ def test_the_webhooks_gang_reader_reads_the_controllers_gang(body: Any) -> None:
     from admission.gangs import gang_of, job_record
 
     assert gang_of(body) == job_record(body).gang
+
+
+def test_the_gang_is_read_only_for_a_queue_the_screen_knows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Reading the gang is most of a review's decision; for a queue the screen has no verdict on
+    # (unknown, not Ready, a cohort) it is skipped, and the answer is the same.
+    from webhook import neverfits
+    from webhook import review as review_module
+
+    read: list[str] = []
+    original = neverfits.gang_at_create
+
+    def counted(*args: Any) -> Any:
+        read.append(args[1]["metadata"]["labels"]["muster.dev/queue"])
+        return original(*args)
+
+    monkeypatch.setattr(review_module, "gang_at_create", counted)
+    state = state_with(
+        queue("parent", nominal={"cpu": "4"}),
+        queue("leaf", parent="parent"),
+        queue("orphan", parent="nowhere", nominal={"cpu": "1"}),
+    )
+    for name in ("parent", "orphan", "missing"):
+        assert "patch" in review(state, job(name, 8))
+    assert read == []
+    assert "can get at most" in review(state, job("leaf", 8))["warnings"][0]
+    assert read == ["leaf"]

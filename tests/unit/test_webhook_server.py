@@ -1,8 +1,9 @@
 """The lean webhook endpoint's HTTP/1.1 (webhook/server.py), on loopback with real TLS.
 
-The server runs in an event loop of its own thread (asyncio's and uvloop's, which `muster run`
-uses for its webhook child); the tests speak raw HTTP over a TLS socket, as the apiserver's
-client does: kept-alive connections, requests split across packets or sent back to back, and
+The server is started and stopped from an event loop in a thread (asyncio's and uvloop's, which
+`muster run` uses for its webhook child) and serves each connection on a thread of its
+own; the tests speak raw HTTP over a TLS socket, as the apiserver's client does: kept-alive
+connections, requests split across packets or sent back to back, and
 what the apiserver never sends (chunked bodies, other methods, oversized heads), which gets a
 clear status and a closed connection.
 """
@@ -272,7 +273,8 @@ def test_stop_closes_open_connections(served: Served) -> None:
     sock.settimeout(5)
     assert _closed(sock)
     sock.close()
-    served.server._server = None  # stopped; the fixture's stop is then a no-op
+    with pytest.raises(OSError):  # no longer listening
+        socket.create_connection((LOOPBACK, served.server.port), timeout=5).close()
 
 
 def test_muster_run_puts_a_webhook_only_process_on_uvloop() -> None:
@@ -292,3 +294,31 @@ def test_muster_run_puts_a_webhook_only_process_on_uvloop() -> None:
     assert loop_of("auto", no_controller=False) is None  # kopf makes an asyncio loop
     assert loop_of("asyncio", no_controller=True) is None
     assert loop_of("uvloop", no_controller=False) == "uvloop"
+
+
+def test_a_connection_inside_a_request_does_not_hold_up_another(served: Served) -> None:
+    # Each connection has its thread: one stuck half-way through its body waits alone.
+    half = _post(_review("slow", uid="u-slow"))
+    with served.connect() as slow, served.connect() as quick:
+        slow.sendall(half[: len(half) // 2])
+        quick.sendall(_post(_review("quick", uid="u-quick")))
+        status, _, body = _read_response(quick, bytearray())
+        assert status == 200 and json.loads(body)["response"]["uid"] == "u-quick"
+        slow.sendall(half[len(half) // 2 :])
+        assert json.loads(_read_response(slow, bytearray())[2])["response"]["uid"] == "u-slow"
+    assert served.server.reviews == 2
+
+
+def test_connections_beyond_the_limit_are_closed_at_once(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 1)
+    with served.connect() as first:
+        first.sendall(_post(_review("first")))
+        assert _read_response(first, bytearray())[0] == 200
+        raw = socket.create_connection((LOOPBACK, served.server.port), timeout=10)
+        with pytest.raises((ConnectionError, ssl.SSLError)):
+            served.context.wrap_socket(raw, server_hostname=LOOPBACK).sendall(b"x")
+        raw.close()
+        first.sendall(_post(_review("again")))
+        assert _read_response(first, bytearray())[0] == 200
