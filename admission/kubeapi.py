@@ -1,6 +1,7 @@
 """The one door to the Kubernetes API for code that is not kopf: a small JSON-over-HTTPS client.
 
-Standard library only (`http.client` + `ssl`), one keep-alive connection per thread, so it is
+Standard library (`http.client` + `ssl`; answers and watch events decoded by orjson, ~16 against
+~44 us for a 2.5 KB pod event with `json`), one keep-alive connection per thread, so it is
 cheap enough for benchmarks and bulk work (creating 1000 nodes) and easy to reason about. Its
 credentials come from the official `kubernetes` client's loaders (admission/credentials.py):
 every kubeconfig kubectl reads, and a pod's service account. A 401 renews them once and resends;
@@ -25,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import unquote, urlencode, urlsplit
+
+import orjson
 
 from admission import access
 from admission.credentials import (
@@ -262,7 +265,7 @@ class KubeClient:
             time.sleep(delay)
             waited += delay
         try:
-            decoded: dict[str, Any] = json.loads(data) if data else {}
+            decoded: dict[str, Any] = orjson.loads(data) if data else {}
         except ValueError:
             # Not JSON: e.g. "404 page not found" for an API group that is not served.
             if status < 300:
@@ -462,7 +465,7 @@ class WatchStream:
                 if not line:
                     return
                 if line.strip():
-                    yield json.loads(line)
+                    yield orjson.loads(line)
         finally:
             conn.close()
 
