@@ -386,11 +386,6 @@ class Engine:
         assert self.queues is not None
         self.queues.enqueue(record)
 
-    def _bind(self, record: GangRecord, node: int, pods: int) -> None:
-        self.cluster.bind(record, node, pods)
-        self.meter.hold(record, pods)
-        self.last_progress = self.now
-
     def _release(self, record: GangRecord) -> None:
         self.meter.hold(record, -record.bound_pods)
         if record.state == RUNNING:
@@ -581,13 +576,10 @@ class Engine:
             self._admit_unpinned(record, size, placement)
             return
         cluster = self.cluster
-        placed = 0
-        node_index = cluster.node_index
-        for node_name, pods in placement.items():
-            node = node_index[node_name]
-            if cluster.fits(record, node, pods):
-                self._bind(record, node, pods)
-                placed += pods
+        placed = cluster.bind_plan(record, placement)
+        if placed:
+            self.meter.hold(record, placed)
+            self.last_progress = now
         if placed < size:
             if placement:
                 cluster.placement_misses += size - placed
