@@ -75,6 +75,7 @@ class ClusterModel:
         self._request_cache: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = {}
         self._class_index: dict[tuple[object, ...], int] = {}
         self._eligible_cache: dict[tuple[object, ...], list[int]] = {}
+        self._by_screen_key: dict[object, tuple[tuple[tuple[int, int], ...], int]] = {}
         self.freed_floor = 0  # lowest node index whose capacity grew since the last pass
         # Scheduler queue of unbound pods, one entry per pod.
         self.pod_queue: list[PodEntry] = []
@@ -88,7 +89,11 @@ class ClusterModel:
 
     def classify(self, gang: Gang) -> tuple[tuple[tuple[int, int], ...], int]:
         """One pod of ``gang``: its request ((resource index, amount), non-zero only) and its
-        pod class."""
+        pod class. Gangs with equal screen keys (same non-zero requests, node selector,
+        tolerations and node affinity, among others) are one class: asked once."""
+        known = self._by_screen_key.get(gang.screen_key)
+        if known is not None:
+            return known
         r_index = self.r_index
         vector = [gang.pod_requests[r] for r in self.resources]
         if self.counts_pods:
@@ -108,6 +113,7 @@ class ClusterModel:
                 nodes = self._eligible_cache[placement_key] = self.eligible(gang)
             pod_class = self._class_index[class_key] = len(self.pod_classes)
             self.pod_classes.append(PodClass(request=request, nodes=nodes))
+        self._by_screen_key[gang.screen_key] = (request, pod_class)
         return request, pod_class
 
     def eligible(self, gang: Gang) -> list[int]:

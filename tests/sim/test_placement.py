@@ -224,3 +224,24 @@ def test_bind_plan_binds_node_by_node_where_the_pods_still_fit(
     assert model.free == expected_free
     assert record.bound == expected_bound
     assert record.bound_pods == before + expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(world=st.data())
+def test_classify_answers_as_if_each_gang_were_asked_alone(world: st.DataObject) -> None:
+    """`ClusterModel.classify` answers a gang whose screen key it met from that gang's class:
+    the answer (request, and the class's eligible nodes) is the one a fresh model gives."""
+    from simulator.podscheduler import ClusterModel
+    from tests.strategies import gangs, nodes, queue_trees
+
+    cluster = world.draw(nodes())
+    pending = world.draw(gangs(world.draw(queue_trees()), "ns", unknown_queues=False))
+    requests = [gang.pod_requests for gang in pending]
+    kept = ClusterModel(cluster, requests, unpinned=False)
+    for gang in pending + pending[::-1]:
+        request, pod_class = kept.classify(gang)
+        fresh = ClusterModel(cluster, requests, unpinned=False)
+        expected, fresh_class = fresh.classify(gang)
+        assert request == expected
+        assert kept.pod_classes[pod_class].nodes == fresh.pod_classes[fresh_class].nodes
+        assert kept.pod_classes[pod_class].request == request
