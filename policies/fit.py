@@ -186,6 +186,7 @@ class Cluster:
         "_pools",
         "_reservation",
         "_shapes",
+        "_steps",
         "_without",
         "capacity",
         "current",
@@ -267,15 +268,14 @@ class Cluster:
                 free = [f - t for f, t in zip(free, taken, strict=True)]
             self.free.append(tuple(free))
             self.shape_of.append(sid)
-        capacity = self.capacity
         for vector, count in zip(declared, per_shape, strict=True):
-            for i, amount in enumerate(vector):
-                capacity[i] += amount * count
+            self.capacity = [c + a * count for c, a in zip(self.capacity, vector, strict=True)]
         self._shapes = shapes
         self._pools: dict[tuple[object, ...] | bytes, Pool] = {}
         self._without: dict[tuple[int, int], Pool] = {}
         self._kept: set[int] = set()  # ids of the pools eligible() handed out (never dropped)
         self._reservation: Pool | None = None  # the nodes reserve() chose last
+        self._steps: dict[Vector, dict[Vector, dict[int, Vector]]] = {}  # see take_placement
         self.pools_of: list[list[Pool]] = [[] for _ in self.free]
         # The overlay of the plan in progress (see begin()), indexed by node id: free capacity
         # now of the nodes the plan placed pods on (None: as at the start), and the version
@@ -308,6 +308,47 @@ class Cluster:
         self.version += 1
         for pool in self.pools_of[n]:
             pool.move(n, old, new)
+
+    def take_placement(self, placement: Mapping[str, int], request: Vector, sign: int) -> None:
+        """`take` for every node of a gang's placement (node name -> pods; a name the cluster
+        does not know is skipped): ``sign`` 1 takes the pods' requests, -1 gives them back. Not
+        during a plan.
+
+        One pass over the nodes, as a planner delta is one gang's whole placement: a node's
+        new free vector comes from a table per request (free capacity takes few distinct
+        values, so a step is looked up rather than computed; equal vectors are then one
+        object), and the version moves once."""
+        steps = self._steps.get(request)
+        if steps is None:
+            if len(self._steps) >= 256:
+                self._steps.clear()
+            steps = self._steps[request] = {}
+        index = self.index
+        free = self.free
+        pools_of = self.pools_of
+        changed = False
+        for node, pods in placement.items():
+            n = index.get(node)
+            if n is None:
+                continue
+            old = free[n]
+            by_times = steps.get(old)
+            if by_times is None:
+                if len(steps) >= 4096:
+                    steps.clear()
+                by_times = steps[old] = {}
+            times = sign * pods
+            new = by_times.get(times)
+            if new is None:
+                new = by_times[times] = tuple(map(sub, old, map(mul, request, repeat(times))))
+            if new == old:
+                continue
+            free[n] = new
+            changed = True
+            for pool in pools_of[n]:
+                pool.move(n, old, new)
+        if changed:
+            self.version += 1
 
     # --- pools -----------------------------------------------------------------------------
 

@@ -552,12 +552,7 @@ class _State:
         """Account an admitted gang's placement and quota (``sign`` -1: release them)."""
         gang = admitted.gang
         vector = self.vector(gang.pod_requests)
-        cluster = self.cluster
-        index = cluster.index
-        for node, pods in admitted.placement.items():
-            n = index.get(node)
-            if n is not None:
-                cluster.take(n, vector, sign * pods)
+        self.cluster.take_placement(admitted.placement, vector, sign)
         if gang.queue in self.tree:
             size = sign * admitted.size
             self.quota.add(gang.queue, [(i, amount * size) for i, amount in enumerate(vector)])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from policies import Gang, Node
 from policies.model import placeable
@@ -75,6 +75,7 @@ class ClusterModel:
         self._request_cache: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = {}
         self._class_index: dict[tuple[object, ...], int] = {}
         self._eligible_cache: dict[tuple[object, ...], list[int]] = {}
+        self._by_screen_key: dict[object, tuple[tuple[tuple[int, int], ...], int]] = {}
         self.freed_floor = 0  # lowest node index whose capacity grew since the last pass
         # Scheduler queue of unbound pods, one entry per pod.
         self.pod_queue: list[PodEntry] = []
@@ -88,7 +89,11 @@ class ClusterModel:
 
     def classify(self, gang: Gang) -> tuple[tuple[tuple[int, int], ...], int]:
         """One pod of ``gang``: its request ((resource index, amount), non-zero only) and its
-        pod class."""
+        pod class. Gangs with equal screen keys (same non-zero requests, node selector,
+        tolerations and node affinity, among others) are one class: asked once."""
+        known = self._by_screen_key.get(gang.screen_key)
+        if known is not None:
+            return known
         r_index = self.r_index
         vector = [gang.pod_requests[r] for r in self.resources]
         if self.counts_pods:
@@ -108,6 +113,7 @@ class ClusterModel:
                 nodes = self._eligible_cache[placement_key] = self.eligible(gang)
             pod_class = self._class_index[class_key] = len(self.pod_classes)
             self.pod_classes.append(PodClass(request=request, nodes=nodes))
+        self._by_screen_key[gang.screen_key] = (request, pod_class)
         return request, pod_class
 
     def eligible(self, gang: Gang) -> list[int]:
@@ -115,18 +121,38 @@ class ClusterModel:
 
     # ------------------------------------------------------------------ capacity
 
-    def fits(self, record: GangRecord, node: int, pods: int) -> bool:
-        if record.gang.one_pod_per_node and (pods > 1 or node in record.bound):
-            return False
-        vector = self.free[node]
-        return all(vector[r] >= amount * pods for r, amount in record.request)
-
     def bind(self, record: GangRecord, node: int, pods: int) -> None:
         vector = self.free[node]
         for r, amount in record.request:
             vector[r] -= amount * pods
         record.bound[node] = record.bound.get(node, 0) + pods
         record.bound_pods += pods
+
+    def bind_plan(self, record: GangRecord, placement: Mapping[str, int]) -> int:
+        """Bind an admitted gang's pods where the plan put them (node name -> pods), on each
+        node where they still fit (`fits`); returns the pods bound. One pass over the plan's
+        nodes: the same checks and bindings as `fits` and `bind` node by node."""
+        node_index = self.node_index
+        free = self.free
+        request = record.request
+        bound = record.bound
+        one_per_node = record.gang.one_pod_per_node
+        placed = 0
+        for node_name, pods in placement.items():
+            node = node_index[node_name]
+            if one_per_node and (pods > 1 or node in bound):
+                continue
+            vector = free[node]
+            for r, amount in request:
+                if vector[r] < amount * pods:
+                    break
+            else:
+                for r, amount in request:
+                    vector[r] -= amount * pods
+                bound[node] = bound.get(node, 0) + pods
+                placed += pods
+        record.bound_pods += placed
+        return placed
 
     def release(self, record: GangRecord) -> None:
         """Every pod of ``record`` leaves its node and the scheduler queue."""

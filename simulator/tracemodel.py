@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Literal
 
 from policies import (
@@ -216,7 +217,7 @@ def expand(trace: Trace, seed: int = 0) -> list[SubmittedGang]:
         for i in range(group.count):
             at = group.submit_at + i * group.submit_interval
             raw.append((at, rng.random(), f"{group.name}-{i:0{width}d}", group))
-    raw.sort(key=lambda item: (item[0], item[1]))
+    raw.sort(key=itemgetter(0, 1))  # stable: ties keep the input order
     expanded: list[SubmittedGang] = []
     # One copy of each distinct node selector, shared by its gangs (a gang never changes it):
     # a million gangs need not hold a million empty dicts.

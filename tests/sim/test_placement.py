@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from muster.cli import main
 from simulator.engine import FINISHED, STUCK, EngineConfig, node_score, simulate
@@ -163,3 +165,83 @@ def test_sim_placement_flag(tmp_path: Path, capsys: Any) -> None:
         main([*base, "--placement", "spread"])
     assert exit_info.value.code == 2
     assert "invalid choice: 'spread'" in capsys.readouterr().err
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    world=st.data(),
+    one_pod_per_node=st.booleans(),
+)
+def test_bind_plan_binds_node_by_node_where_the_pods_still_fit(
+    world: st.DataObject, one_pod_per_node: bool
+) -> None:
+    """`ClusterModel.bind_plan` binds a plan's pods on each of its nodes where they fit, as
+    checking and binding node by node does (the reference below), and no more."""
+    from policies import Gang, Node, Resources
+    from simulator.podscheduler import ClusterModel
+    from simulator.records import GangRecord
+
+    count = world.draw(st.integers(1, 5))
+    nodes = [
+        Node(
+            f"n{i}",
+            Resources({"cpu": world.draw(st.sampled_from((1_000, 2_000, 4_000))), "pods": 4}),
+            used=Resources({"cpu": world.draw(st.sampled_from((0, 500, 1_500)))}),
+        )
+        for i in range(count)
+    ]
+    gang = Gang(
+        "ns/g",
+        "q",
+        Resources({"cpu": world.draw(st.sampled_from((250, 500, 1_000)))}),
+        size=8,
+        one_pod_per_node=one_pod_per_node,
+    )
+    model = ClusterModel(nodes, [gang.pod_requests], unpinned=False)
+    request, pod_class = model.classify(gang)
+    record = GangRecord(0, gang, 0, 60.0, "g", request, 600.0, pod_class=pod_class)
+    already = world.draw(st.lists(st.integers(0, count - 1), max_size=2, unique=True))
+    for node in already:  # pods bound before (a gang's pods bound by the scheduler)
+        model.bind(record, node, 1)
+    chosen = world.draw(st.lists(st.integers(0, count - 1), min_size=1, unique=True))
+    placement = {f"n{n}": world.draw(st.integers(1, 3)) for n in chosen}
+
+    expected_free = [list(vector) for vector in model.free]
+    expected_bound = dict(record.bound)
+    expected = 0
+    for name, pods in placement.items():
+        n = model.node_index[name]
+        if one_pod_per_node and (pods > 1 or n in expected_bound):
+            continue
+        if all(expected_free[n][r] >= amount * pods for r, amount in request):
+            for r, amount in request:
+                expected_free[n][r] -= amount * pods
+            expected_bound[n] = expected_bound.get(n, 0) + pods
+            expected += pods
+    before = record.bound_pods
+
+    assert model.bind_plan(record, placement) == expected
+    assert model.free == expected_free
+    assert record.bound == expected_bound
+    assert record.bound_pods == before + expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(world=st.data())
+def test_classify_answers_as_if_each_gang_were_asked_alone(world: st.DataObject) -> None:
+    """`ClusterModel.classify` answers a gang whose screen key it met from that gang's class:
+    the answer (request, and the class's eligible nodes) is the one a fresh model gives."""
+    from simulator.podscheduler import ClusterModel
+    from tests.strategies import gangs, nodes, queue_trees
+
+    cluster = world.draw(nodes())
+    pending = world.draw(gangs(world.draw(queue_trees()), "ns", unknown_queues=False))
+    requests = [gang.pod_requests for gang in pending]
+    kept = ClusterModel(cluster, requests, unpinned=False)
+    for gang in pending + pending[::-1]:
+        request, pod_class = kept.classify(gang)
+        fresh = ClusterModel(cluster, requests, unpinned=False)
+        expected, fresh_class = fresh.classify(gang)
+        assert request == expected
+        assert kept.pod_classes[pod_class].nodes == fresh.pod_classes[fresh_class].nodes
+        assert kept.pod_classes[pod_class].request == request
