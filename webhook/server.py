@@ -17,7 +17,8 @@ decode the body (orjson: a review decodes in less than half the time of the stan
 (411), a body over `MAX_BODY` (413), headers over `MAX_HEAD` (431), any method but POST (405).
 A connection silent for `idle_timeout` seconds is closed (the apiserver's own client
 drops idle ones after 90 s); at most `MAX_CONNECTIONS` are served at once (the apiserver keeps
-a few).
+a few), and past that the one silent longest is closed to make room, so a client holding idle
+connections cannot lock the apiserver out.
 
 Reviews on different connections run at once in their threads: what they share
 (`WebhookState`'s backlog and never-fits check, the `SubmissionClock`) is locked, and the
@@ -52,7 +53,8 @@ MAX_BODY = 16 * 1024 * 1024
 IDLE_TIMEOUT = 120.0
 """Seconds a connection may stay silent (waiting for its next request, or inside one)."""
 MAX_CONNECTIONS = 256
-"""Connections served at once (each holds a thread); one more is closed at once."""
+"""Connections served at once (each holds a thread). One more closes the connection silent
+longest to make room, or, if every one is answering a review, is itself closed at once."""
 LINGER = 1.0
 """Seconds to keep reading (and dropping) what a client still sends after an answer that
 closes the connection early (431, 413, ...), so that closing with unread bytes does not reset
@@ -171,14 +173,26 @@ class WebhookServer:
                 return  # shut down by `stop`
             assert self.certificate is not None
             with self._lock:
-                refused = self._stopping or len(self._connections) >= MAX_CONNECTIONS
+                refused = self._stopping
+                making_room = None
+                if not refused and len(self._connections) >= MAX_CONNECTIONS:
+                    making_room = _quietest(self._connections)
+                    refused = making_room is None
                 if not refused:
                     connection = _Connection(self, raw, self.certificate.context)
                     self._connections.add(connection)
+            if making_room is not None:
+                # Full: the connection silent longest makes room (a client that holds idle
+                # connections cannot lock the apiserver out; its own reconnects).
+                logger.warning(
+                    "webhook: %d connections open; closing the quietest", MAX_CONNECTIONS
+                )
+                making_room.close()
             if refused:
                 if not self._stopping:
                     logger.warning(
-                        "webhook: %d connections open; closing a new one", MAX_CONNECTIONS
+                        "webhook: %d connections answering at once; closing a new one",
+                        MAX_CONNECTIONS,
                     )
                 raw.close()
                 continue
@@ -196,6 +210,12 @@ def _shutdown(sock: socket.socket, how: int = socket.SHUT_RDWR) -> None:
         socket.socket.shutdown(sock, how)
 
 
+def _quietest(connections: set[_Connection]) -> _Connection | None:
+    """The connection that has been silent longest and is not answering (None: all are)."""
+    idle = [c for c in connections if not c.answering]
+    return min(idle, key=lambda c: c.active_at) if idle else None
+
+
 def _join(threads: list[threading.Thread], timeout: float) -> None:
     for thread in threads:
         thread.join(timeout)
@@ -211,6 +231,10 @@ class _Connection:
         # No I/O yet (the handshake is the thread's): `close` has this one socket to shut down.
         self.sock = context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
         self.thread = threading.Thread(target=self.serve, name="webhook-connection", daemon=True)
+        self.active_at = time.monotonic()
+        """When the client last sent bytes, or was last answered."""
+        self.answering = False
+        """Between a whole request and its answer sent."""
 
     def close(self) -> None:
         """From another thread: end the connection (its thread sees an end of stream)."""
@@ -241,9 +265,11 @@ class _Connection:
                 read = self.sock.recv_into(view)
                 if not read:
                     return
+                self.active_at = time.monotonic()
                 buffer += view[:read]
                 continue
             path, body, keep_alive = request
+            self.answering = True
             try:
                 answer = self.server.answer(path, body)
                 status = 200
@@ -253,6 +279,7 @@ class _Connection:
                 logger.exception("webhook review at /%s failed", path)
                 status, answer = 500, b'{"message":"internal error"}'
             self._send(status, answer, keep_alive)
+            self.active_at, self.answering = time.monotonic(), False
             if not keep_alive:
                 return  # closed after this answer: what else the client sent is dropped
 

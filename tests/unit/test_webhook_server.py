@@ -309,16 +309,45 @@ def test_a_connection_inside_a_request_does_not_hold_up_another(served: Served) 
     assert served.server.reviews == 2
 
 
-def test_connections_beyond_the_limit_are_closed_at_once(
+def test_past_the_limit_the_quietest_connection_makes_room(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A client holding idle connections cannot lock the apiserver out: a new connection past
+    # the limit closes the one silent longest, and is served.
     monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 1)
     with served.connect() as first:
         first.sendall(_post(_review("first")))
         assert _read_response(first, bytearray())[0] == 200
+        with served.connect() as second:
+            second.sendall(_post(_review("second", uid="u-2")))
+            status, _, body = _read_response(second, bytearray())
+            assert status == 200 and json.loads(body)["response"]["uid"] == "u-2"
+            with pytest.raises((ConnectionError, ssl.SSLError, OSError)):
+                first.sendall(_post(_review("again")))
+                if not first.recv(1):
+                    raise ConnectionError("closed")
+    assert served.server.reviews == 2
+
+
+def test_past_the_limit_a_new_connection_is_closed_while_every_one_is_answering(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 1)
+    release, entered = threading.Event(), threading.Event()
+    answer = served.server.answer
+
+    def slow_answer(path: str, body: bytes) -> bytes:
+        entered.set()
+        release.wait(10)
+        return answer(path, body)
+
+    monkeypatch.setattr(served.server, "answer", slow_answer)
+    with served.connect() as first:
+        first.sendall(_post(_review("first")))
+        assert entered.wait(10)
         raw = socket.create_connection((LOOPBACK, served.server.port), timeout=10)
         with pytest.raises((ConnectionError, ssl.SSLError)):
             served.context.wrap_socket(raw, server_hostname=LOOPBACK).sendall(b"x")
         raw.close()
-        first.sendall(_post(_review("again")))
+        release.set()
         assert _read_response(first, bytearray())[0] == 200
