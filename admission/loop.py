@@ -46,6 +46,13 @@ _JITTER = random.Random()
 PLACE_RETRY = 30.0
 """Seconds after which a gated pod the watch still shows gated is placed again."""
 
+CLOG_CHECK_EVERY = 1.0
+"""Least seconds between two passes of the clog detector. Under a burst a cycle comes every
+0.2-0.6 s, and each pass looks again at every admitted gang whose pods have not all started
+(the largest piece of a cycle's CPU in a burst); clog timeouts are minutes, and a pass a
+second times them as well (an eviction comes at most this much later, a gang's progress is
+noted at most this much later)."""
+
 _TOLD_ONCE = frozenset({"QueueNotFound", "NamespaceNotAllowed"})
 """Reason codes that get a Warning Event on the Job the first time a gang waits for them."""
 
@@ -116,6 +123,7 @@ class Controller:
         self._last_partial: tuple[object, ...] = ()
         self._positions_at = 0.0
         self._published_at = 0.0
+        self._clogs_at = float("-inf")
         self.estimates = EstimateRefresher(
             cache, settings.policy, interval=settings.estimate_interval
         )
@@ -529,6 +537,9 @@ class Controller:
         return {"advanced": cache.start_measure(record), "waiting": cache.gang_waits(record)}
 
     def _detect_clogs(self, now: float) -> None:
+        if 0.0 <= now - self._clogs_at < CLOG_CHECK_EVERY:
+            return
+        self._clogs_at = now
         cache = self.cache
         for record in list(cache.jobs.values()):
             if record.admitted_at is None or record.finished or record.key in self.evicting:
