@@ -878,7 +878,8 @@ def _waiting(r: JobRecord) -> bool:
     """Suspended, not admitted, not finished or failed, readable: waits to be planned (now, or
     after its backoff)."""
     return (
-        r.admission is None
+        r.admitted_at is None  # `r.admission is None`, without the property: every record,
+        and r.local_admit is None  # every cycle
         and r.suspended
         and not r.finished
         and not r.failed_state
