@@ -804,8 +804,10 @@ class Cache:
         out: list[AdmittedGang] = []
         seen, node_set = self._gang_pods_seen, self._node_set
         for key, r in self.jobs.items():
-            if r.finished or (adm := r.admission) is None:
-                continue
+            if r.finished or (r.admitted_at is None and r.local_admit is None):
+                continue  # most records, every cycle: `r.admission is None` without the property
+            adm = r.admission
+            assert adm is not None
             pods = seen.get(f"{r.namespace}/{r.gang_label}", 0)
             reserved = self.reservations.get(key)
             hit = memo.get(key)
