@@ -256,7 +256,7 @@ def _percentile(values: Sequence[float], q: float) -> float:
 async def _measure(cache: Cache, names: list[str], busy: bool) -> list[float]:
     server = StatusServer(cache, dict, None)
     port = await server.start()
-    refresher = EstimateRefresher(cache, "drf", interval=0.0, pace=0.0)
+    refresher = EstimateRefresher(cache, "drf", interval=0.0, pace=0.0, unchanged_every=0.0)
     stop = asyncio.Event()
 
     async def refresh_forever() -> None:

@@ -142,6 +142,33 @@ def test_the_refresher_fills_the_cache_in_the_background() -> None:
     assert cache.estimates["ns/second"].start == NOW + 600
 
 
+def test_an_unchanged_cache_is_estimated_again_only_after_unchanged_every() -> None:
+    cache = plan_listing(_deadline_listing(), now=NOW).cache
+
+    async def go() -> None:
+        refresher = EstimateRefresher(
+            cache, "drf", interval=0.0, pace=0.0, unchanged_every=60.0, clock=lambda: NOW
+        )
+
+        async def poked() -> bool:
+            before = refresher.runs
+            refresher.poke()
+            if refresher._task is not None:
+                await refresher._task
+            return refresher.runs > before
+
+        assert await poked()
+        assert not await poked()  # nothing changed: the estimates stand
+        cache.touch("ns/second")  # a gang's visible state changed
+        assert await poked()
+        assert not await poked()
+        refresher._last -= 60.0  # a minute later, still nothing changed: time passing counts
+        assert await poked()
+        await refresher.stop()
+
+    asyncio.run(go())
+
+
 def test_refresh_now_without_waiting_gangs_is_empty() -> None:
     cache = Cache()
     refresh_now(cache, NOW, "drf")
