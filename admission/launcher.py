@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from admission.metrics import api_figures
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -97,6 +99,17 @@ class MusterRun:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def api_figures(self) -> dict[str, float]:
+        """The controller's API calls and admissions so far, read from its metrics
+        (`admission.metrics.api_figures`); empty when they are not served or do not answer."""
+        if self.metrics_url is None:
+            return {}
+        try:
+            with urllib.request.urlopen(f"{self.metrics_url}/metrics", timeout=5) as response:
+                return api_figures(response.read().decode())
+        except OSError:  # urllib's URLError is one
+            return {}
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> bool:
         """`stop_process`: `sig`, SIGKILL after `timeout` seconds, the output pipe closed once

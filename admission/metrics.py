@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from policies import Resources
@@ -21,6 +22,25 @@ CYCLE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, float(
 def _base_unit(resource: str, amount: int) -> float:
     # cpu is kept in millicores internally; export cores.
     return amount / 1000 if resource == "cpu" else float(amount)
+
+
+def api_figures(text: str) -> dict[str, float]:
+    """From a controller's metrics text: `requests` (every request its API client sent,
+    watches excluded), `writes` (all writes), `writes:KIND` by what they do (admit, place-pod,
+    queue-status, event, ...) and `admitted` (gangs admitted): what the benches and the kwok
+    engine divide by the gangs served."""
+    out: dict[str, float] = {"requests": 0.0, "writes": 0.0, "admitted": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "muster_api_requests_total":
+                out["requests"] += sample.value
+            elif sample.name == "muster_api_writes_total":
+                kind = f"writes:{sample.labels.get('write', '')}"
+                out[kind] = out.get(kind, 0.0) + sample.value
+                out["writes"] += sample.value
+            elif sample.name == "muster_admitted_gangs_total":
+                out["admitted"] += sample.value
+    return out
 
 
 class ControllerMetrics:

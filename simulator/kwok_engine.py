@@ -503,13 +503,10 @@ class KwokSession:
     def write_figures(self) -> dict[str, float]:
         """muster's API writes so far by kind (`muster_api_writes_total`), and its admissions
         (`admitted`): the replay's writes per admitted gang are the difference of two."""
-        out: dict[str, float] = {}
-        for line in self._metrics().splitlines():
-            if line.startswith("muster_api_writes_total{"):
-                kind = line.split('write="', 1)[1].split('"', 1)[0]
-                out[kind] = out.get(kind, 0.0) + float(line.rsplit(" ", 1)[1])
-            elif line.startswith("muster_admitted_gangs_total{"):
-                out["admitted"] = out.get("admitted", 0.0) + float(line.rsplit(" ", 1)[1])
+        figures = self.muster.api_figures() if self.muster is not None else {}
+        out = {k.removeprefix("writes:"): v for k, v in figures.items() if k.startswith("writes:")}
+        if "admitted" in figures:
+            out["admitted"] = figures["admitted"]
         return out
 
     def plan_figures(self) -> tuple[int, float]:

@@ -25,13 +25,10 @@ import json
 import os
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from admission import kubeapi
 from admission.crd import queue_crd
@@ -124,26 +121,11 @@ def child_pids(pid: int) -> list[int]:
 
 
 def api_calls(run: MusterRun) -> dict[str, float]:
-    """The controller's API calls so far, from its metrics: `requests` (every request its
-    client sent, watches excluded), `writes` (all writes) and `writes:KIND` by what they do
-    (admit, place-pod, queue-status, event, ...). Empty if the metrics cannot be read."""
-    if run.metrics_url is None:
-        return {}
-    try:
-        with urllib.request.urlopen(f"{run.metrics_url}/metrics", timeout=5) as response:
-            text = response.read().decode()
-    except OSError:
-        return {}
-    out: dict[str, float] = {"requests": 0.0, "writes": 0.0}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "muster_api_requests_total":
-                out["requests"] += sample.value
-            elif sample.name == "muster_api_writes_total":
-                kind = f"writes:{sample.labels.get('write', '')}"
-                out[kind] = out.get(kind, 0.0) + sample.value
-                out["writes"] += sample.value
-    return out
+    """The controller's API calls so far (`MusterRun.api_figures` without its admissions):
+    `requests`, `writes` and `writes:KIND`. Empty if the metrics cannot be read."""
+    figures = run.api_figures()
+    figures.pop("admitted", None)
+    return figures
 
 
 def per_gang(calls: dict[str, float], gangs: int) -> dict[str, float]:
