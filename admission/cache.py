@@ -18,7 +18,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from admission.gangs import (
     JobRecord,
@@ -189,6 +189,21 @@ class Cache:
         for waiter in self._waiters.pop(key, ()):
             if not waiter.done():
                 waiter.set_result(None)
+
+    def mark(self) -> StateMark:
+        """What the queues' status and the wait-time estimates read of the cache, besides the
+        time: the gangs' visible states (`version`), the queues (`tree`, rebuilt on each change)
+        and the nodes' capacity. Equal marks (`same_mark`): the same inputs."""
+        return StateMark(self.version, self.tree, self.capacity())
+
+    def same_mark(self, mark: StateMark | None) -> bool:
+        """Whether nothing `mark` covers changed since it was taken."""
+        return (
+            mark is not None
+            and mark.version == self.version
+            and mark.tree is self.tree
+            and mark.capacity is self.capacity()
+        )
 
     def waiter(self, key: str) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -907,6 +922,15 @@ def cache_key(kind: str, body: Mapping[str, Any]) -> str:
     if kind == "pod":
         return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
     return str(meta.get("name") or "")
+
+
+class StateMark(NamedTuple):
+    """`Cache.mark`: compared by identity for the tree and the capacity (each object is
+    replaced, never changed in place)."""
+
+    version: int
+    tree: QueueTree | None
+    capacity: Resources
 
 
 def _visible(r: JobRecord) -> tuple[object, ...]:

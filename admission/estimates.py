@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from admission.cache import Cache
+from admission.cache import Cache, StateMark
 from admission.gangs import format_time
 from policies.estimate import estimate
 
@@ -78,7 +78,7 @@ class EstimateRefresher:
         self.interval = interval
         self.pace = pace
         self.unchanged_every = unchanged_every
-        self._mark: tuple[int, object, object] | None = None
+        self._mark: StateMark | None = None
         self.runs = 0
         self.took = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -92,18 +92,10 @@ class EstimateRefresher:
         if started - self._last < max(self.interval, self.pace * self.took):
             return
         cache = self.cache
-        mark = (cache.version, cache.tree, cache.capacity())
-        last = self._mark
-        if (
-            last is not None
-            and last[0] == mark[0]
-            and last[1] is mark[1]
-            and last[2] is mark[2]
-            and started - self._last < self.unchanged_every
-        ):
+        if cache.same_mark(self._mark) and started - self._last < self.unchanged_every:
             return
         self._last = started
-        self._mark = mark
+        self._mark = cache.mark()
         now = self.clock()
         refused = cache.namespace_refusals()
         snapshot = cache.snapshot(now, refused, busy)

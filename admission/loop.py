@@ -16,7 +16,7 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from admission.cache import Cache, Suspension
+from admission.cache import Cache, StateMark, Suspension
 from admission.deadlock import PartialGang, gangs_to_evict, wait_for_graph
 from admission.estimates import EstimateRefresher
 from admission.gangs import JobRecord
@@ -132,7 +132,7 @@ class Controller:
         self._positions_at = 0.0
         self._positions_version = -1
         self._published_at = 0.0
-        self._published_mark: tuple[int, object, object] | None = None
+        self._published_mark: StateMark | None = None
         self._clogs_at = float("-inf")
         self.estimates = EstimateRefresher(
             cache, settings.policy, interval=settings.estimate_interval
@@ -700,22 +700,15 @@ class Controller:
 
     def _publish(self, now: float) -> None:
         """Queue status (written at most every `status_interval` per queue) and the gauges, at
-        most once a second, and only when their inputs moved: a gang's visible state
-        (`Cache.version`), the queues (`Cache.tree`) or the nodes' capacity; else the last
-        figures stand (an idle cycle at 10,000 gangs spent a tenth of its time here). A status
+        most once a second, and only when their inputs moved (`Cache.mark`: a gang's visible
+        state, the queues, the nodes' capacity); else the last figures stand (an idle cycle at 10,000 gangs spent a tenth of its time here). A status
         held back by the interval keeps the next publishes from being skipped until written."""
         if now - self._published_at < 1.0:
             return
         cache = self.cache
-        mark = (cache.version, cache.tree, cache.capacity())
-        last_mark = self._published_mark
-        if (
-            last_mark is not None
-            and last_mark[0] == mark[0]
-            and last_mark[1] is mark[1]
-            and last_mark[2] is mark[2]
-        ):
+        if cache.same_mark(self._published_mark):
             return
+        mark = cache.mark()
         self._published_at = now
         deferred = False
         statuses = self.queue_status()
