@@ -701,8 +701,9 @@ class Controller:
     def _publish(self, now: float) -> None:
         """Queue status (written at most every `status_interval` per queue) and the gauges, at
         most once a second, and only when their inputs moved (`Cache.mark`: a gang's visible
-        state, the queues, the nodes' capacity); else the last figures stand (an idle cycle at 10,000 gangs spent a tenth of its time here). A status
-        held back by the interval keeps the next publishes from being skipped until written."""
+        state, the queues, the nodes' capacity); else the last figures stand (an idle cycle
+        at 10,000 gangs spent a tenth of its time here). A status held back by the interval
+        keeps the next publishes from being skipped until it is written."""
         if now - self._published_at < 1.0:
             return
         cache = self.cache
