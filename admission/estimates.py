@@ -29,12 +29,8 @@ from policies.estimate import estimate
 
 log = logging.getLogger("muster.estimates")
 
-SWITCH_INTERVAL = 0.00025
-"""Seconds the refresh thread may hold the interpreter while the event loop waits for it. An
-answer of the status service takes the loop a dozen turns, each waiting up to this long for
-the interpreter while a refresh runs (at 1 ms, the answers in a refresh's seconds were the
-p99 of `muster bench status`); the refresh pays only when the loop has work: a thread waiting
-for the interpreter is what makes the holder let go."""
+SWITCH_INTERVAL = 0.001
+"""Seconds the refresh thread may hold the interpreter while the event loop waits for it."""
 
 UNCHANGED_EVERY = 60.0
 """Seconds between two refreshes when no gang's visible state (`Cache.version`), no queue and
