@@ -114,13 +114,14 @@ are not held."""
 def plan(snapshot: Snapshot, policy: str | AdmissionPolicy = "drf") -> Decisions:
     """Decide which pending gangs of ``snapshot`` to admit now; see the module docstring."""
     chosen = get_policy(policy) if isinstance(policy, str) else policy
-    with _collector_paused():
+    with collector_paused():
         return _Cycle(_State.from_snapshot(snapshot), chosen, snapshot.now, keep=False).run()
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Keep CPython's cyclic garbage collector out of a plan.
+def collector_paused() -> Iterator[None]:
+    """Keep CPython's cyclic garbage collector out of a plan (and out of other work that
+    allocates many long-lived containers without cycles: the simulator's trace and records).
 
     A plan allocates a container per waiting gang (its queue entry), and every 700 allocations
     the collector runs; at 100k waiting gangs a plan set off ~150 young and ~14 middle
@@ -1599,7 +1600,7 @@ class Planner:
 
     def plan(self, now: float) -> Decisions:
         """Decide which pending gangs to admit at ``now``; the state is left as it was."""
-        with _collector_paused():
+        with collector_paused():
             return _Cycle(self._ready(), self._policy, now, keep=True).run()
 
     def snapshot(self, now: float) -> Snapshot:

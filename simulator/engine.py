@@ -58,6 +58,7 @@ from policies.lifecycle import (
     fails_rejected,
     rejected_message,
 )
+from policies.planner import collector_paused
 from simulator.admitmodel import PendingQueues
 from simulator.enginecheck import check_invariants
 from simulator.events import (
@@ -203,14 +204,9 @@ class Engine:
         # A gang, a record and a few containers per arrival, all kept for the run: with the
         # cyclic collector on, each full collection on the way walked the growing heap again
         # (a third of building a million). Nothing here makes a cycle to collect.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():
             arrivals = expand(trace, seed=seed)
             self._record(arrivals)
-        finally:
-            if collecting:
-                gc.enable()
         return arrivals
 
     def _record(self, arrivals: list[SubmittedGang]) -> None:

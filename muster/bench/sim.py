@@ -10,7 +10,6 @@ plans is engine time.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 import time
@@ -50,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from policies.planner import collector_paused
     from simulator.burst import burst_document
     from simulator.engine import EngineConfig, simulate
     from simulator.report import summarize
@@ -69,16 +69,12 @@ def run(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     # The document and the trace are containers without cycles, kept to the end: the cyclic
     # collector would only walk the growing heap again at each full collection.
-    collecting = gc.isenabled()
-    gc.disable()
     try:
-        trace = from_dict(burst_document(spec), source="bench", default_name="bench")
+        with collector_paused():
+            trace = from_dict(burst_document(spec), source="bench", default_name="bench")
     except TraceError as exc:
         print(f"muster bench sim: {exc}", file=sys.stderr)
         return 2
-    finally:
-        if collecting:
-            gc.enable()
     build_s = time.perf_counter() - began
     config = EngineConfig(
         admission=args.admission,
