@@ -130,8 +130,10 @@ class ClusterModel:
 
     def bind_plan(self, record: GangRecord, placement: Mapping[str, int]) -> int:
         """Bind an admitted gang's pods where the plan put them (node name -> pods), on each
-        node where they still fit (`fits`); returns the pods bound. One pass over the plan's
-        nodes: the same checks and bindings as `fits` and `bind` node by node."""
+        node where they still fit (its free capacity holds them; a one-pod-per-node gang: one
+        pod, on a node it is not on yet); returns the pods bound. A node's binding is `bind`'s,
+        written out here (this runs once per admitted gang of a million-gang run): a change to
+        `bind` must be made here too."""
         node_index = self.node_index
         free = self.free
         request = record.request
