@@ -7,7 +7,7 @@ gang record), and kopf's per-event machinery (a worker task per object, cause de
 handler keyword arguments) cost more than the cache's own reading. Nodes, Queues and
 Namespaces change rarely and stay on kopf's watches.
 
-The stream (`admission.streamwatch`, the one list-then-watch loop) starts at the
+The stream (`kubeport.streamwatch`, the one list-then-watch loop) starts at the
 resourceVersion of the LIST the cache was loaded from, so nothing between the two is missed; a
 410 Gone LISTs again, drops what disappeared, and watches on from there. Events are parsed on
 the watch's thread and applied on the event loop's thread (the cache's only writer), in
@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from admission.cache import Cache, cache_key
-from admission.kubeapi import KubeClient
-from admission.streamwatch import Lister, StreamWatch
+from kubeport.kubeapi import KubeClient
+from kubeport.streamwatch import Lister, StreamWatch
 
 log = logging.getLogger("muster.cachewatch")
 
@@ -49,7 +49,7 @@ class CacheWatch:
         self.cache = cache
         self.loop = loop
         self.kind = kind
-        self._apply = getattr(cache, f"apply_{kind}")
+        self._apply = cache.applier(kind)
         self.relists = 0
         self._pending: collections.deque[tuple[str, Any, int]] = collections.deque()
         self._scheduled = False

@@ -3,7 +3,7 @@
 `EstimateRefresher.poke` is called after each admit cycle. At most every `interval` seconds
 (and never while one is running) it takes a snapshot of the cache, with the gangs backing off
 and a copy of the learned runtimes, and runs `policies.estimate` in a thread: the admit loop
-never waits for it, and the status service answers every gang from `Cache.estimates`, a dict
+never waits for it, and the status service answers every gang from `StatusView.estimates`, a dict
 lookup (issue #16: an answer costs the same with 10k pending gangs). The interval stretches to
 `pace` times the last run's duration, so a long fast-forward never takes more than its share of
 the process. When nothing the estimates read has changed, they are refreshed only every
@@ -23,9 +23,10 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from admission.cache import Cache, StateMark
-from admission.gangs import format_time
+from admission.cache import Cache
+from admission.statusview import StateMark
 from policies.estimate import estimate
+from policies.kinds.reading import format_time
 
 log = logging.getLogger("muster.estimates")
 
@@ -33,7 +34,7 @@ SWITCH_INTERVAL = 0.001
 """Seconds the refresh thread may hold the interpreter while the event loop waits for it."""
 
 UNCHANGED_EVERY = 60.0
-"""Seconds between two refreshes when no gang's visible state (`Cache.version`), no queue and
+"""Seconds between two refreshes when no gang's visible state (`StatusView.version`), no queue and
 no node's capacity changed since the last one: the estimates would be the same but for time
 passing (a running gang outliving its expected end). At 10,000 waiting gangs a refresh costs a
 few seconds of CPU, and an idle controller refreshing every 5 s spent a quarter of a core on
@@ -46,17 +47,17 @@ def refresh_now(cache: Cache, now: float, policy: str, only: Collection[str] | N
     reading the API; benches; tests)."""
     refused = cache.namespace_refusals()
     snapshot = cache.snapshot(now, refused)
-    later = cache.backing_off(now)
-    cache.estimates = (
+    later = cache.jobs.backing_off(now)
+    estimates = (
         estimate(snapshot, cache.runtimes, policy, later=later, only=only)
         if snapshot.pending or later
         else {}
     )
-    cache.estimated_at = now
+    cache.status.show_estimates(estimates, now)
 
 
 class EstimateRefresher:
-    """Keeps `Cache.estimates` fresh, off the admit loop's path."""
+    """Keeps `StatusView.estimates` fresh, off the admit loop's path."""
 
     def __init__(
         self,
@@ -95,9 +96,9 @@ class EstimateRefresher:
         now = self.clock()
         refused = cache.namespace_refusals()
         snapshot = cache.snapshot(now, refused, busy)
-        later = cache.backing_off(now)
+        later = cache.jobs.backing_off(now)
         if not snapshot.pending and not later:
-            cache.estimates, cache.estimated_at = {}, now
+            cache.status.show_estimates({}, now)
             return
         history = cache.runtimes.copy()
         # While the refresh thread runs, the event loop (status answers, watches) waits for the
@@ -110,8 +111,7 @@ class EstimateRefresher:
 
         async def store() -> None:
             try:
-                cache.estimates = await task
-                cache.estimated_at = now
+                cache.status.show_estimates(await task, now)
                 self.runs += 1
             except Exception:
                 log.exception("wait-time estimates failed; trying again later")
@@ -130,9 +130,10 @@ class EstimateRefresher:
 def estimate_body(cache: Cache, key: str, now: float) -> dict[str, Any]:
     """The `estimate` field of a waiting gang's status: times as RFC3339 and seconds from
     ``now``; or `unknown` saying why."""
-    computed = cache.estimated_at
-    found = cache.estimates.get(key)
-    reason = cache.reasons.get(key)
+    status = cache.status
+    computed = status.estimated_at
+    found = status.estimates.get(key)
+    reason = status.reasons.get(key)
     if found is None and reason is not None and reason.code == "NamespaceNotAllowed":
         return {"unknown": "not planned while its queue does not take gangs from its namespace"}
     if found is None or computed is None:

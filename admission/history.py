@@ -20,8 +20,9 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from admission.gangs import JobRecord, status_time
+from admission.gangs import JobRecord
 from policies.history import HistoryRow
+from policies.kinds.job import status_time
 
 DEFAULT_LIMIT = 100_000
 """Gangs the history keeps (the oldest entries go first)."""

@@ -15,19 +15,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from admission.metrics import api_figures
+from kubeport.listenports import listen_port
 
 LOOPBACK = "127.0.0.1"
 
@@ -37,10 +37,9 @@ class LaunchError(RuntimeError):
 
 
 def free_port(addr: str = LOOPBACK) -> int:
-    """A port nothing listens on now (the kernel's pick), for a child to bind."""
-    with socket.socket() as sock:
-        sock.bind((addr, 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on now, below the kernel's ephemeral range, for a child to bind
+    (and to bind again when restarted in place: `kubeport.listenports`)."""
+    return listen_port(addr)
 
 
 def stop_process(
@@ -137,13 +136,16 @@ def launch(
     log_path: Path | None = None,
     keep_lines: int | None = None,
     new_session: bool = False,
+    command: Sequence[str] | None = None,
 ) -> MusterRun:
     """Start `muster run --local [--kubeconfig K] FLAGS` and return it once ready (see the
     module docstring). Without `kubeconfig`, muster finds one as kubectl does ($KUBECONFIG in
     `env`). The launcher owns the service ports: `flags` must not set --status-port,
     --metrics-port or --webhook-metrics-port; `status=False` serves no status service (the
     metrics port still answers `/healthz`). `new_session`: the child does not get the
-    terminal's Ctrl-C; the caller stops it. Raises LaunchError."""
+    terminal's Ctrl-C; the caller stops it. `command`: the words that start `muster run`
+    (default: this interpreter's `python -m muster.cli run`; the image test runs the image's
+    entrypoint in its root filesystem). Raises LaunchError."""
     owned = ("--status-port", "--metrics-port", "--webhook-metrics-port")
     if given := [f for f in flags if f.split("=", 1)[0] in owned]:
         raise ValueError(f"launch() picks the service ports itself; drop {' '.join(given)}")
@@ -153,7 +155,7 @@ def launch(
     metrics_port = free_port() if controller else -1
     webhook_port = free_port() if webhook else -1
     where = ["--kubeconfig", str(kubeconfig)] if kubeconfig is not None else []
-    argv = [sys.executable, "-m", "muster.cli", "run", "--local", *where]
+    argv = [*(command or (sys.executable, "-m", "muster.cli", "run")), "--local", *where]
     argv += ["--status-addr", LOOPBACK, "--status-port", str(status_port)]
     argv += ["--metrics-port", str(metrics_port), "--webhook-metrics-port", str(webhook_port)]
     argv += flags

@@ -45,6 +45,8 @@ def api_figures(text: str) -> dict[str, float]:
 
 class ControllerMetrics:
     def __init__(self) -> None:
+        """Every metric of the controller, in one registry. Long because it is one flat list
+        of declarations, each read on its own (docs/metrics.md lists them)."""
         self.registry = CollectorRegistry()
         r = self.registry
         self.pending = Gauge(
@@ -56,6 +58,14 @@ class ControllerMetrics:
         self.admitted = Counter(
             "muster_admitted_gangs_total", "Gangs admitted.", ["queue"], registry=r
         )
+        self.gangs = Gauge(
+            "muster_gangs",
+            "Gangs not ended yet, by kind (Job, MiniCluster, JobSet, PodGroup) and state "
+            "(Pending, BackingOff, Admitted, Running).",
+            ["kind", "state"],
+            registry=r,
+        )
+        self._gang_keys: set[tuple[str, str]] = set()
         self.evictions = Counter(
             "muster_evictions_total", "Gangs evicted, by reason.", ["reason"], registry=r
         )
@@ -75,6 +85,21 @@ class ControllerMetrics:
         self.resuspended = Counter(
             "muster_resuspended_total",
             "Managed Jobs unsuspended without admission and suspended again.",
+            registry=r,
+        )
+        self.undone = Counter(
+            "muster_admissions_undone_total",
+            "Admissions the controller undid because the gang no longer ran as admitted, by "
+            "reason: Outgrown (it asked for or ran more pods than admitted: evicted), Suspended "
+            "(suspended while admitted: requeued), LeftQueue (its queue label or stamp removed: "
+            "suspended and let go).",
+            ["reason"],
+            registry=r,
+        )
+        self.preemptions_held = Counter(
+            "muster_preemptions_held_total",
+            "Plans whose admissions were held because a preemption victim's suspension was "
+            "refused (its write, or the backoff after a refusal).",
             registry=r,
         )
         self.api_retries = Counter(
@@ -111,12 +136,20 @@ class ControllerMetrics:
             ["queue", "resource"],
             registry=r,
         )
+        self.nominal = Gauge(
+            "muster_queue_nominal",
+            "Each queue's nominal quota (spec.nominal), in base units: what muster_queue_usage "
+            "is held against.",
+            ["queue", "resource"],
+            registry=r,
+        )
         self.capacity = Gauge(
             "muster_cluster_capacity",
             "Allocatable capacity of all nodes, in base units.",
             ["resource"],
             registry=r,
         )
+        self._usage_keys: set[tuple[str, str]] = set()
         self.events_dropped = Counter(
             "muster_events_dropped_total",
             "Kubernetes Events not sent because the event backlog was full.",
@@ -138,7 +171,7 @@ class ControllerMetrics:
 
     def track_reviews(self, count: Callable[[], int]) -> None:
         """Export `muster_status_auth_reviews_total`: TokenReviews and SubjectAccessReviews
-        the status service sent (its cache's misses; admission/statusauth.py)."""
+        the status service sent (its cache's misses; kubeport/statusauth.py)."""
 
         class _Reviews(Collector):
             def collect(self) -> Iterator[CounterMetricFamily]:
@@ -151,12 +184,38 @@ class ControllerMetrics:
 
         self.registry.register(_Reviews())
 
-    def set_usage(self, usage: Mapping[str, Resources], capacity: Resources) -> None:
+    def set_usage(
+        self,
+        usage: Mapping[str, Resources],
+        capacity: Resources,
+        nominal: Mapping[str, Resources] | None = None,
+    ) -> None:
+        """Usage, capacity and nominal quota. A (queue, resource) in a nominal quota or used
+        before reads 0 when nothing holds it now, not its last figure: dashboards and alerts
+        divide usage by nominal, and a queue whose gangs all finished has quota free."""
+        now: dict[tuple[str, str], float] = {}
+        for queue, amounts in (nominal or {}).items():
+            for resource, amount in amounts.items():
+                self.nominal.labels(queue, resource).set(_base_unit(resource, amount))
+                now[(queue, resource)] = 0.0
+        for key in self._usage_keys:
+            now.setdefault(key, 0.0)
         for queue, amounts in usage.items():
             for resource, amount in amounts.items():
-                self.usage.labels(queue, resource).set(_base_unit(resource, amount))
+                now[(queue, resource)] = _base_unit(resource, amount)
+        for (queue, resource), value in now.items():
+            self.usage.labels(queue, resource).set(value)
+        self._usage_keys = set(now)
         for resource, amount in capacity.items():
             self.capacity.labels(resource).set(_base_unit(resource, amount))
+
+    def set_gangs(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """`muster_gangs`: (kind, state) -> gangs; one counted before and none now reads 0."""
+        for key in self._gang_keys - set(counts):
+            self.gangs.labels(*key).set(0.0)
+        for key, count in counts.items():
+            self.gangs.labels(*key).set(float(count))
+        self._gang_keys |= set(counts)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -16,6 +16,8 @@ from operator import attrgetter, is_not, not_
 
 from admission.cache import Cache
 from policies import Decisions, Planner, QueueTree, Reason
+from policies.packing import DEFAULT_PACKING, Packing
+from policies.topology import NO_TOPOLOGY, Topology
 
 _ID = attrgetter("id")
 
@@ -23,8 +25,15 @@ _ID = attrgetter("id")
 class PlanFeed:
     """One `Planner` for the life of the controller, synced from the cache before each plan."""
 
-    def __init__(self, policy: str = "drf") -> None:
+    def __init__(
+        self,
+        policy: str = "drf",
+        topology: Topology = NO_TOPOLOGY,
+        packing: Packing = DEFAULT_PACKING,
+    ) -> None:
         self.policy = policy
+        self.packing = packing
+        self.topology = topology
         self.planner: Planner | None = None
         self._tree: QueueTree | None = None
 
@@ -36,13 +45,14 @@ class PlanFeed:
         busy: Collection[str] = (),
     ) -> Planner:
         """Bring the planner to what the cache holds at `now` (the gangs a snapshot would
-        hold: `Cache.pending_gangs` pending, every admitted unfinished gang with
-        `Cache.placement`) and return it."""
-        tree = cache.tree if cache.tree is not None else QueueTree.build([])
-        nodes = [cache.node_view(name) for name in cache.nodes]
+        hold: `JobStore.pending` pending, every admitted unfinished gang with
+        `Reservations.placement`) and return it."""
+        tree = cache.queues.tree if cache.queues.tree is not None else QueueTree.build([])
+        view = cache.pods.node_view
+        nodes = [view(name) for name in cache.nodes]
         planner = self.planner
         if planner is None:
-            planner = self.planner = Planner(nodes, tree, self.policy)
+            planner = self.planner = Planner(nodes, tree, self.policy, self.topology, self.packing)
             self._tree = tree
         else:
             if tree is not self._tree:
@@ -51,8 +61,8 @@ class PlanFeed:
             planner.set_nodes(nodes)
         # Admitted first: a gang admitted since the last cycle leaves the pending set and
         # joins the admitted one in the same sync.
-        admitted = {entry.gang.id: entry for entry in cache.admitted_gangs(now)}
-        gangs = cache.pending_gangs(now, refused, busy)
+        admitted = {entry.gang.id: entry for entry in cache.reservations.admitted(now)}
+        gangs = cache.jobs.pending(now, refused, busy)
         pending = dict(zip(map(_ID, gangs), gangs, strict=True))
         held_pending = planner.pending
         # Every pending gang is compared each cycle; in C, as few of them change.

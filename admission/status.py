@@ -12,7 +12,7 @@ each in the columns of the simulator's gangs.csv (admission/history.py).
 `GET /v1/gangs[?namespace=N]` → every gang (of namespace N) the caller may read, by key.
 `GET /metrics` (on the metrics listener) → Prometheus text. `GET /healthz` → `{"synced": ...}`.
 No request here makes an API call but the caller's TokenReview and SubjectAccessReviews under
-`--status-auth kubernetes` (admission/statusauth.py, cached): then every request but /healthz
+`--status-auth kubernetes` (kubeport/statusauth.py, cached): then every request but /healthz
 needs `Authorization: Bearer TOKEN` (401 without), a gang of a namespace the caller may not
 `get` Jobs in is 403, lists and history hold only readable gangs, and every name of another
 namespace's objects in an answer is redacted (admission/tenancy.py).
@@ -23,6 +23,8 @@ answered `304 Not Modified` with no body, so a poller that has seen this state p
 
 A deliberately small HTTP/1.1 server on asyncio (one request per connection), in the
 controller's event loop, so a thousand held long-polls cost a thousand futures, not threads.
+It reads request heads as the webhook's endpoint does (`kubeport.httpwire`); a head it cannot
+read is answered 400 (505 for a version other than HTTP/1.x), one over 16 KiB is dropped.
 """
 
 from __future__ import annotations
@@ -38,13 +40,15 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from admission.cache import Cache, QueueView
+from admission.cache import Cache
 from admission.estimates import estimate_body
-from admission.gangs import format_time
-from admission.kubeapi import ApiError, ApiUnreachable
-from admission.statusauth import Access, Caller, OpenAccess
+from admission.queuebook import QueueView
 from admission.tenancy import namespace_of, namespaces_named, readable_rows, redact
+from kubeport.httpwire import END_OF_HEAD, REASONS, HttpError, parse_head
+from kubeport.kubeapi import ApiError, ApiUnreachable
+from kubeport.statusauth import Access, Caller, OpenAccess
 from policies import Resources, format_quantity, gangstate
+from policies.kinds.reading import format_time
 
 log = logging.getLogger("muster.status")
 
@@ -74,20 +78,20 @@ def gang_status(cache: Cache, key: str, now: float) -> dict[str, Any] | None:
         "min": record.gang.min,
         "evictions": record.evictions,
         "preemptions": record.gang.preemptions,
-        "version": cache.gang_versions.get(key, 0),
+        "version": cache.status.gang_versions.get(key, 0),
         "ready": record.ready,
         "podsBound": sum(
-            cache.gang_bound.get(f"{record.namespace}/{record.gang_label}", {}).values()
+            cache.pods.gang_bound.get(f"{record.namespace}/{record.gang_label}", {}).values()
         ),
-        "podsWaiting": cache.gang_unbound.get(f"{record.namespace}/{record.gang_label}", 0),
+        "podsWaiting": cache.pods.gang_unbound.get(f"{record.namespace}/{record.gang_label}", 0),
     }
     admission = record.admission
     if admission is not None:
         body["admittedAt"] = format_time(admission[0])
         body["admittedSize"] = admission[1]
     if state in (gangstate.PENDING, gangstate.BACKING_OFF):
-        body["position"] = cache.positions.get(key)
-        reason = cache.reasons.get(key)
+        body["position"] = cache.status.positions.get(key)
+        reason = cache.status.reasons.get(key)
         if record.parse_error:
             body["reason"] = {"code": "Invalid", "message": record.parse_error}
         elif state == gangstate.BACKING_OFF:
@@ -106,7 +110,7 @@ def gang_status(cache: Cache, key: str, now: float) -> dict[str, Any] | None:
             body["reason"] = {"code": "Preempted", "message": message}
         elif reason is not None:
             body["reason"] = {"code": reason.code, "message": reason.message}
-        if key in cache.rejected:
+        if key in cache.status.rejected:
             body["rejected"] = True
         if not record.parse_error:
             body["estimate"] = estimate_body(cache, key, now)
@@ -145,10 +149,20 @@ def _summary(usage: Resources) -> str:
     return ", ".join(f"{r}: {format_quantity(r, a)}" for r, a in sorted(usage.items()) if a) or "0"
 
 
+def gang_counts(cache: Cache, now: float) -> dict[tuple[str, str], int]:
+    """(kind, state) -> gangs not ended (finished or failed), for `muster_gangs`."""
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for record in cache.jobs.values():
+        if record.finished or record.failed_state:
+            continue
+        counts[(record.kind, record.state(now))] += 1
+    return dict(counts)
+
+
 def queue_status(cache: Cache) -> dict[str, dict[str, object]]:
     """Per queue: pending, admitted, usage, share, usageSummary (the Queue status body)."""
-    usage = cache.queue_usage()
-    capacity = cache.capacity()
+    usage = cache.jobs.queue_usage()
+    capacity = cache.nodes.capacity()
     pending: dict[str, int] = defaultdict(int)
     admitted: dict[str, int] = defaultdict(int)
     for record in cache.jobs.values():
@@ -174,7 +188,7 @@ def queue_status(cache: Cache) -> dict[str, dict[str, object]]:
         }
         if view.error:
             out[name]["error"] = view.error
-        condition = cache.ready_condition(name)
+        condition = cache.queues.ready_condition(name)
         if condition is not None:
             out[name]["conditions"] = [condition]
     return out
@@ -277,18 +291,18 @@ class StatusServer:
         assert task is not None
         self._tasks.add(task)
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-            line, *header_lines = head.decode("latin-1").split("\r\n")
-            method, target, _ = (line.split(" ") + ["", ""])[:3]
-            headers = {
-                name.strip().lower(): value.strip()
-                for name, _, value in (h.partition(":") for h in header_lines if h)
-            }
+            head = await asyncio.wait_for(reader.readuntil(END_OF_HEAD), 30)
             self.requests += 1
+            headers: dict[str, str] = {}
             try:
+                request = parse_head(head[: -len(END_OF_HEAD)])
+                headers = request.headers
                 status, ctype, payload = await self._route(
-                    method, target, headers.get("authorization")
+                    request.method, request.target, headers.get("authorization")
                 )
+            except HttpError as exc:  # a request line or header line it cannot read
+                reason = f"{exc.status} {REASONS[exc.status]}"
+                status, ctype, payload = _json(reason, {"error": str(exc)})
             except (ApiError, ApiUnreachable) as exc:
                 log.warning("status service: TokenReview or SubjectAccessReview failed: %s", exc)
                 status, ctype, payload = _json("503 Service Unavailable", {"error": CANNOT_CHECK})
@@ -390,7 +404,7 @@ class StatusServer:
         """`body` with every name of an object in a namespace `caller` may not read redacted."""
         if not self.access.enabled:
             return body
-        known = set(self.cache.namespaces) | {r.namespace for r in self.cache.jobs.values()}
+        known = set(self.cache.queues.namespaces) | {r.namespace for r in self.cache.jobs.values()}
         named = namespaces_named(body, known)
         hidden = named - await self._readable(caller, named)
         return redact(body, hidden)
@@ -412,8 +426,8 @@ class StatusServer:
         self, caller: Caller, key: str, wait: float, since: int | None
     ) -> tuple[str, str, bytes]:
         cache = self.cache
-        if wait > 0 and since is not None and cache.gang_versions.get(key, 0) == since:
-            future = cache.waiter(key)
+        if wait > 0 and since is not None and cache.status.gang_versions.get(key, 0) == since:
+            future = cache.status.waiter(key)
             self.holding += 1
             try:
                 await asyncio.wait_for(asyncio.shield(future), wait)
@@ -421,7 +435,7 @@ class StatusServer:
                 pass
             finally:
                 self.holding -= 1
-                cache.drop_waiter(key, future)
+                cache.status.drop_waiter(key, future)
         body = gang_status(cache, key, time.time())
         if body is None:
             return _json(
@@ -429,7 +443,7 @@ class StatusServer:
                 {
                     "error": f"gang {key} not found: no Job labelled muster.dev/queue by that "
                     "name (it may be finished and deleted, or not managed by muster)",
-                    "version": cache.gang_versions.get(key, 0),
+                    "version": cache.status.gang_versions.get(key, 0),
                 },
             )
         return _json("200 OK", await self._scoped(caller, body))

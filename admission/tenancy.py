@@ -4,7 +4,7 @@ Every answer names gangs as `namespace/name` (the `gang` field, reasons, `waitin
 preemptor, an estimate's `waitsFor`, history rows). A caller who may not read Jobs in a
 namespace must not learn the names of its objects, so a body is first searched for the
 namespaces it names (`namespaces_named`), the service asks the apiserver which of those the
-caller may read (admission/statusauth.py, cached), and `redact` rewrites every reference to
+caller may read (kubeport/statusauth.py, cached), and `redact` rewrites every reference to
 another one as "a gang in another namespace". Whole rows about such gangs (history, listings)
 are dropped instead (`readable_rows`).
 """

@@ -67,11 +67,26 @@ COMMANDS: tuple[Command, ...] = (
         "wait-time estimates vs. actual starts, replaying a trace",
     ),
     Command(
+        ("bench", "kueue-perf"),
+        "muster.bench.kueue_perf",
+        "Kueue's scheduler benchmark run against muster, with Kueue's metrics",
+    ),
+    Command(
         ("bench", "kwok"),
         "muster.bench.kwok",
         "kwok engine: agreement with in-process, pods/s end to end",
     ),
     Command(("trace", "burst"), "muster.commands.trace", "generate a synthetic burst trace"),
+    Command(
+        ("trace", "from-kueue-perf"),
+        "muster.commands.trace_kueue",
+        "Kueue's scheduler benchmark (its generator.yaml) as a trace",
+    ),
+    Command(
+        ("trace", "family"),
+        "muster.commands.tracefamily",
+        "generate a family of traces, one per seed, for muster sim --family",
+    ),
     Command(
         ("sweep",), "muster.commands.sweep", "find the smallest cluster meeting a wait-time SLO"
     ),
@@ -82,6 +97,10 @@ COMMANDS: tuple[Command, ...] = (
         ("history",), "muster.commands.history", "gangs that finished or failed (gangs.csv columns)"
     ),
     Command(("certs",), "muster.commands.certs", "write a self-signed webhook Secret and caBundle"),
+    Command(
+        ("image", "build"), "muster.commands.image", "build the container image (no daemon needed)"
+    ),
+    Command(("image", "lock"), "muster.commands.image", "pin the image's Python dependencies"),
 )
 
 # The epilog of `muster --help` and of each group's `--help` (leaves set their own in
@@ -111,11 +130,20 @@ EXAMPLES: dict[tuple[str, ...], str] = {
         "  muster bench apiserver --json\n"
         "  muster bench kwok --help"
     ),
+    ("image",): (
+        "examples:\n"
+        "  muster image build                           # as root; cached by its inputs\n"
+        "  muster image build --out dist/\n"
+        "  muster image lock                            # after changing the dependencies"
+    ),
     ("trace",): (
         "examples:\n"
         "  muster trace burst --jobs 200 --sizes 1,8,64 --queues a,b,c --nodes 149 "
         "--out burst.yaml\n"
-        "  muster sim burst.yaml"
+        "  muster trace from-kueue-perf generator.yaml --out kueue.yaml\n"
+        "  muster sim burst.yaml\n"
+        "  muster trace family --seed-range 1-50 --out out/family\n"
+        "  muster sim --family out/family"
     ),
 }
 
@@ -189,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         group: argparse.ArgumentParser = getattr(args, "_group", parser)
         group.print_help()
         return 2
-    from admission.kubeapi import ApiError, ApiUnreachable, KubeconfigError
+    from kubeport.kubeapi import ApiError, ApiUnreachable, KubeconfigError
 
     try:
         return _module(command).run(args)

@@ -4,7 +4,7 @@ they show.
 Two sources, one shape. With `--status-url` (or `$MUSTER_STATUS_URL`) the controller's status
 service answers: what the running controller knows, at no cost to the apiserver. Without it, the
 user's kubeconfig: one read-only LIST each of Queues, Nodes, Pods and muster-managed Jobs, loaded
-into the controller's own cache (`admission.controller.list_everything` and `apply_listing`) and
+into the controller's own cache (`admission.listing.list_everything` and `apply_listing`) and
 planned once with `policies.plan`, as one admit cycle would. So `muster explain` works from a
 laptop with only a kubeconfig and gives the reason the controller would give. Both sources return
 the status service's JSON (`admission.status.gang_status`, the `/v1/queues` body), so the
@@ -25,11 +25,9 @@ from typing import Any, Protocol
 
 import yaml
 
-from admission import kubeapi
 from admission.cache import Cache
-from admission.credentials import Credentials, InClusterSource, source_for
 from admission.estimates import refresh_now
-from admission.kubeapi import ApiError, KubeClient, KubeconfigError
+from admission.listing import apply_listing, list_everything
 from admission.status import (
     gang_status,
     history_body,
@@ -37,13 +35,16 @@ from admission.status import (
     queue_positions,
     queue_status,
 )
+from kubeport import kubeapi
+from kubeport.credentials import Credentials, InClusterSource, source_for
+from kubeport.kubeapi import ApiError, KubeClient, KubeconfigError
 from policies import Decisions, PolicyError, format_quantity, gangstate, plan
 from policies.vocabulary import QUEUE, SUBMITTED
 
 STATUS_URL_ENV = "MUSTER_STATUS_URL"
 
 Listing = list[tuple[str, list[Any], int]]
-"""What admission.controller.list_everything returns: (kind, items, collection version)."""
+"""What admission.listing.list_everything returns: (kind, items, collection version)."""
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -296,13 +297,10 @@ class ApiView:
         """LIST everything into a fresh controller cache and plan once (first use only)."""
         if self._cache is not None:
             return self._cache
-        # Imported here: the controller module loads kopf, which `--help` need not pay for.
-        from admission.controller import list_everything
-
         try:
             listing = list_everything(self.client)
         except (ApiError, OSError) as exc:
-            # 401, RBAC 403 and an unreachable server each say what to do (admission/access.py).
+            # 401, RBAC 403 and an unreachable server each say what to do (kubeport/access.py).
             raise ViewError(str(exc)) from None
         # Estimates are computed per gang asked (see `gang`): cheaper than all of them.
         planned = plan_listing(listing, self.policy, estimate=False)
@@ -387,11 +385,9 @@ def plan_listing(
     listing: Listing, policy: str = "drf", now: float | None = None, *, estimate: bool = True
 ) -> Planned:
     """Load a listing into a fresh controller cache and record one plan's reasons and positions
-    there, as one admit cycle does (admission.loop.Controller.cycle, steps 1-3 and 5), and
+    there, as one admit cycle does (admission.loop.Controller.cycle, steps 1-3 and 6), and
     (``estimate``) every waiting gang's wait-time estimate, as the controller's background
     refresh does."""
-    from admission.controller import apply_listing
-
     cache = Cache()
     apply_listing(cache, listing)
     cache.synced = True  # the whole listing is loaded, as after the controller's first LIST
@@ -406,9 +402,10 @@ def plan_listing(
     except PolicyError as exc:
         raise ViewError(f"--policy: {exc}", 2) from None
     # As admission.loop.Controller._record_reasons keeps them for the status service.
-    cache.reasons = {**decisions.pending, **decisions.rejected, **refused}
-    cache.rejected = dict(decisions.rejected)
-    cache.positions = queue_positions(cache)
+    cache.status.show_reasons(
+        {**decisions.pending, **decisions.rejected, **refused}, decisions.rejected
+    )
+    cache.status.show_positions(queue_positions(cache))
     if estimate:
         # Wait-time estimates, as the controller's background refresh computes them.
         refresh_now(cache, now, policy)

@@ -36,12 +36,14 @@ class Reason(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """Admit ``gang_id`` at ``size`` pods; ``placement`` is node name -> pods, as planned."""
+    """Admit ``gang_id`` at ``size`` pods (every pod set's); ``placement`` is node name -> pods
+    of its main pod set, as planned, and ``other_placements`` those of its other pod sets."""
 
     gang_id: str
     queue: str
     size: int
     placement: Mapping[str, int]
+    other_placements: tuple[Mapping[str, int], ...] = ()
 
 
 class PendingReasons(Mapping[str, Reason]):

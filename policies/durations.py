@@ -1,12 +1,33 @@
-"""Durations as users write them: `300`, `300s`, `1.5m`, `1h30m`, `250ms`, `2d` → seconds."""
+"""Durations as users write them: `300`, `300s`, `1.5m`, `1h30m`, `250ms`, `2d` → seconds.
+
+Every reading is bounded: at most `MAX_SECONDS` (what a Kubernetes duration, Go's
+`time.Duration`, can hold: about 292 years) and at most `MAX_TEXT` characters of text, so a
+value of 90 digits and an `h` is refused with the field named rather than taken as 1e93 s.
+"""
 
 from __future__ import annotations
 
 import math
 import re
+from typing import Final
 
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+MAX_INT64: Final = 2**63 - 1
+"""The largest integer Kubernetes stores in an int64 field (`activeDeadlineSeconds`)."""
+MAX_SECONDS: Final = MAX_INT64 / 1e9
+"""The longest duration muster reads: Go's `time.Duration` (int64 nanoseconds), ~292 years."""
+MAX_TEXT: Final = 64
+"""The longest duration text muster reads (`1h30m` is 5 characters; 64 leave room for any
+honest spelling)."""
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error message quotes what it refuses
+    without copying a value of any length into logs, Events and answers."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 4]}...{text[-1]}"
 
 
 class DurationError(ValueError):
@@ -35,10 +56,17 @@ def _parse(value: object, field: str) -> float:
     hint = "use e.g. 300s, 5m or 1h30m"
     if isinstance(value, bool) or value is None:
         raise DurationError(f"{field}: missing or not a duration; {hint}")
-    if isinstance(value, int | float):
+    if isinstance(value, int) and abs(value) > MAX_INT64:
+        seconds = math.inf  # float() of it would overflow; out of range below
+    elif isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
         text = value.strip()
+        if len(text) > MAX_TEXT:
+            raise DurationError(
+                f"{field}: {shown(value)} is {len(text)} characters long, not a duration muster "
+                f"reads (at most {MAX_TEXT}); {hint}"
+            )
         try:
             seconds = float(text)
         except ValueError:
@@ -49,11 +77,16 @@ def _parse(value: object, field: str) -> float:
                 seconds += float(match.group(1)) * _UNITS[match.group(2)]
                 pos = match.end()
             if not text or pos != len(text):
-                raise DurationError(f"{field}: {value!r} is not a duration; {hint}") from None
+                raise DurationError(f"{field}: {shown(value)} is not a duration; {hint}") from None
     else:
-        raise DurationError(f"{field}: {value!r} is not a duration; {hint}")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise DurationError(f"{field}: {value!r} must be a non-negative duration; {hint}")
+        raise DurationError(f"{field}: {shown(value)} is not a duration; {hint}")
+    if math.isnan(seconds) or seconds < 0:
+        raise DurationError(f"{field}: {shown(value)} must be a non-negative duration; {hint}")
+    if seconds > MAX_SECONDS:
+        raise DurationError(
+            f"{field}: {shown(value)} is out of range: at most {MAX_SECONDS:.0f}s (about 292 "
+            f"years, the longest duration Kubernetes holds); {hint}"
+        )
     return seconds
 
 
@@ -78,9 +111,13 @@ def parse_runtime_limit(value: object, where: str) -> float | None:
         return None
     fix = "set it to a whole number of seconds >= 1, or remove it for no limit"
     if isinstance(value, bool) or not isinstance(value, int):
-        raise DurationError(f"{where}: {value!r} is not a whole number of seconds; {fix}")
+        raise DurationError(f"{where}: {shown(value)} is not a whole number of seconds; {fix}")
     if value < 1:
-        raise DurationError(f"{where}: {value} is below 1 second; {fix}")
+        raise DurationError(f"{where}: {shown(value)} is below 1 second; {fix}")
+    if value > MAX_INT64:
+        raise DurationError(
+            f"{where}: {shown(value)} is out of range: Kubernetes holds at most {MAX_INT64}; {fix}"
+        )
     return float(value)
 
 

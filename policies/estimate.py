@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 
 from policies.decisions import Decisions, Reason
 from policies.model import AdmittedGang, Gang, Snapshot
+from policies.percentiles import percentile_of_sorted
 from policies.planner import Planner
 from policies.strategies import AdmissionPolicy
 
@@ -99,14 +100,6 @@ class Runtime:
         return self.expected is not None
 
 
-def _quantile(ordered: Sequence[float], q: float) -> float:
-    """Linear-interpolated quantile of a sorted, non-empty sequence."""
-    position = (len(ordered) - 1) * q
-    low = math.floor(position)
-    high = math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
 class RuntimeHistory:
     """Runtimes of finished gangs per (queue, size class): the last `SAMPLES` of each."""
 
@@ -143,9 +136,9 @@ class RuntimeHistory:
         limit = gang.runtime_limit
         ordered = sorted(s for s in self.samples(gang.queue, gang.size) if s > elapsed)
         if ordered:
-            low = _quantile(ordered, 0.1)
-            expected = _quantile(ordered, 0.5)
-            high = _quantile(ordered, 0.9)
+            low = percentile_of_sorted(ordered, 10)
+            expected = percentile_of_sorted(ordered, 50)
+            high = percentile_of_sorted(ordered, 90)
             if limit is not None:
                 high = max(limit, elapsed)
                 expected, low = min(expected, high), min(low, high)
@@ -233,7 +226,9 @@ class _FastForward:
         self.pick = pick
         self.unknown_ends_at_once = unknown_ends_at_once
         self.now = now = snapshot.now
-        self.planner = planner = Planner(snapshot.nodes, snapshot.queues, policy)
+        self.planner = planner = Planner(
+            snapshot.nodes, snapshot.queues, policy, snapshot.topology, snapshot.packing
+        )
         self.ends: list[tuple[float, int, str]] = []  # (end time, admission number, gang id)
         self.admitted_at_round: dict[str, int] = {}
         self.unknown_running: dict[str, str] = {}  # gang id -> why its runtime is unknown
@@ -325,7 +320,9 @@ class _FastForward:
             planner.add_pending(replace(victim.gang, preemptions=victim.gang.preemptions + 1))
         for admission in decisions.admitted:
             gang = planner.remove_pending(admission.gang_id)
-            record = AdmittedGang(gang, admission.size, admission.placement, t, True)
+            record = AdmittedGang(
+                gang, admission.size, admission.placement, t, True, admission.other_placements
+            )
             planner.add_admitted(record)
             if gang.id in waiting and gang.id not in self.starts:
                 self.starts[gang.id] = t

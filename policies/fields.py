@@ -12,8 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policies import durations
+from policies.durations import shown
 from policies.model import PolicyError
 from policies.resources import QuantityError, Resources
+from policies.vocabulary import MAX_INT32
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -60,15 +62,19 @@ def dns_name(value: str, where: str) -> None:
         )
 
 
-def integer(value: object, where: str, *, minimum: int | None) -> int:
-    """A whole number (a float with no fraction is taken), at least ``minimum``."""
+def integer(value: object, where: str, *, minimum: int | None, maximum: int = MAX_INT32) -> int:
+    """A whole number (a float with no fraction is taken), at least ``minimum`` (None: at
+    least ``-maximum - 1``) and at most ``maximum`` (by default what Kubernetes stores in an
+    int32: counts of pods, replicas, evictions)."""
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         else:
-            raise PolicyError(f"{where}: expected an integer, got {value!r}")
+            raise PolicyError(f"{where}: expected an integer, got {shown(value)}")
     if minimum is not None and value < minimum:
-        raise PolicyError(f"{where}: {value} is below the minimum {minimum}")
+        raise PolicyError(f"{where}: {shown(value)} is below the minimum {minimum}")
+    if value > maximum or value < -maximum - 1:
+        raise PolicyError(f"{where}: {shown(value)} is out of range: at most {maximum}")
     return value
 
 

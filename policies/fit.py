@@ -6,17 +6,20 @@ Gangs whose pods have the same request, the same one-pod-per-node flag and the s
 *fit class*; the planner asks fit questions per class.
 
 Placement is first-fit over one fixed node order: nodes sorted by free capacity at the start of
-the plan, least free first, then by name, so pods fill partly used nodes before empty ones
-(first-fit over that order is best-fit-like and keeps big holes for big gangs).
+the plan, then by name. By default (the ``lexicographic`` packing strategy) least free first,
+compared resource by resource, so pods fill partly used nodes before empty ones (first-fit over
+that order is best-fit-like and keeps big holes for big gangs); `policies.packing` orders by a
+score instead when the cluster asks for another strategy.
 
 A pool keeps its nodes in *buckets* of equal free capacity: the sorted list of distinct free
 vectors is the fit order at bucket granularity, and within a bucket nodes go by name. So a fit
 question skips a whole bucket that has no room for one pod of the class (most of a busy
 cluster), counts room per bucket by arithmetic, and walks single nodes only where pods go.
 Nodes a plan places pods on are *touched*: their plan-start bucket keeps them in place (the
-order is fixed for the plan) and their current free capacity lives in a per-plan overlay.
-Within one plan free capacity only shrinks, so each fit class keeps a cursor: every node before
-it has no room for a pod of the class and never will again in this plan.
+order is fixed for the plan) and their current free capacity lives in the plan's overlay
+(`policies.overlay.PlanOverlay`, which asks the fit questions). Within one plan free capacity
+only shrinks, so each fit class keeps a cursor: every node before it has no room for a pod of the
+class and never will again in this plan.
 
 The cluster outlives a plan: between plans, `take` moves a node to the bucket of its new free
 capacity (gangs admitted or finished, pods of other owners), in O(pools of the node), so an
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from operator import floordiv, ge, itemgetter, mul, sub
 
+from policies.domains import Domain, DomainIndex
 from policies.model import (
     Node,
     NodeTerm,
@@ -41,7 +45,9 @@ from policies.model import (
     node_affinity_holds,
     tolerated,
 )
+from policies.packing import DEFAULT_PACKING, OrderKey, Packing
 from policies.resources import Resources
+from policies.topology import NO_TOPOLOGY, Topology, TopologyRequest
 
 __all__ = ["UNLIMITED", "Cluster", "FitClass", "Pool"]
 
@@ -77,12 +83,19 @@ class _Bucket:
 class Pool:
     """The nodes some gangs may use, grouped by free capacity (see the module docstring)."""
 
-    __slots__ = ("buckets", "member", "orders", "plan", "shapes", "vectors")
+    __slots__ = ("buckets", "key", "member", "orders", "plan", "shapes", "vectors")
 
     def __init__(
-        self, member: bytes, nodes: Sequence[int], free: Sequence[Vector], shape_of: Sequence[int]
+        self,
+        member: bytes,
+        nodes: Sequence[int],
+        free: Sequence[Vector],
+        shape_of: Sequence[int],
+        key: OrderKey | None = None,
     ) -> None:
         self.member = member  # member[node id] == 1 if the node is in the pool
+        # The packing strategy's sort key of a free vector (None: the vector itself).
+        self.key = key
         self.buckets: dict[Vector, _Bucket] = {}
         # allocatable shape id -> nodes (empty_room)
         self.shapes: Counter[int] = Counter(map(shape_of.__getitem__, nodes))
@@ -93,7 +106,7 @@ class Pool:
             if bucket is None:
                 bucket = buckets[vector] = _Bucket()
             bucket.members.add(n)
-        self.vectors: list[Vector] = sorted(buckets)  # the fit order of the buckets
+        self.vectors: list[Vector] = sorted(buckets, key=key)  # the fit order of the buckets
         # Per plan: each bucket's node order (None until a walk needs it), like vectors.
         self.plan = -1
         self.orders: list[list[int] | None] = []
@@ -106,11 +119,15 @@ class Pool:
         if not bucket.members:
             del buckets[old]
             vectors = self.vectors
-            del vectors[bisect.bisect_left(vectors, old)]
+            key = self.key
+            if key is None:
+                del vectors[bisect.bisect_left(vectors, old)]
+            else:
+                del vectors[bisect.bisect_left(vectors, key(old), key=key)]
         target = buckets.get(new)
         if target is None:
             target = buckets[new] = _Bucket()
-            bisect.insort(self.vectors, new)
+            bisect.insort(self.vectors, new, key=self.key)
         target.members.add(n)
         target.order = None
 
@@ -126,6 +143,9 @@ class FitClass:
     pool: Pool
     restricted: bool  # a node selector or tolerations narrow the eligible nodes
     serial: int = 0  # names the class in the planner's verdict keys
+    # A gang's topology request (policies.topology): its own class, placed by domain
+    # (policies.domainfit); None for every other class, and for a class within one domain.
+    topology: TopologyRequest | None = None
     empty_room: int = -1  # pods of this class the empty cluster holds
     # Per plan (reset when ``plan`` differs from the cluster's): the cursor is the bucket index
     # in pool.vectors and the position in that bucket's order of the first node that may have
@@ -178,30 +198,29 @@ class FitClass:
 
 
 class Cluster:
-    """Free node capacity: the state at the start of a plan (kept between plans) and, during a
-    plan, an overlay of the nodes that plan placed pods on."""
+    """Free node capacity as a plan starts from it (kept between plans), the node groups and
+    pools, and the reservation's nodes; what one plan places lives in its
+    `policies.overlay.PlanOverlay`."""
 
     __slots__ = (
         "_kept",
+        "_order",
         "_pools",
         "_reservation",
         "_shapes",
         "_steps",
+        "_within",
         "_without",
         "capacity",
-        "current",
+        "domains",
         "free",
         "group_of",
         "groups",
         "index",
         "names",
         "node_names",
-        "plan",
         "pools_of",
         "shape_of",
-        "touched",
-        "touched_nodes",
-        "version",
     )
 
     def __init__(
@@ -209,14 +228,16 @@ class Cluster:
         nodes: Sequence[Node],
         names: Sequence[str],
         held: Mapping[str, Sequence[int]] | None = None,
+        topology: Topology = NO_TOPOLOGY,
+        packing: Packing = DEFAULT_PACKING,
     ) -> None:
-        """``held``: node name -> capacity held by gangs admitted before this plan."""
+        """``held``: node name -> capacity held by gangs admitted before this plan;
+        ``topology``: the cluster's topology levels (`domains` answers for them);
+        ``packing``: the order in which gangs are offered nodes (`policies.packing`)."""
         self.names = names
         held = held or {}
         pods = names.index("pods") if "pods" in names else None
         self.capacity = [0] * len(names)  # total allocatable (DRF shares, size ratio)
-        self.version = 0  # bumped on every change of free capacity
-        self.plan = 0  # bumped by begin()
         # Node ids follow names (ties in input order): within a bucket, id order is name order.
         ordered = sorted(range(len(nodes)), key=[node.name for node in nodes].__getitem__)
         self.node_names: list[str] = []
@@ -271,31 +292,19 @@ class Cluster:
         for vector, count in zip(declared, per_shape, strict=True):
             self.capacity = [c + a * count for c, a in zip(self.capacity, vector, strict=True)]
         self._shapes = shapes
+        self._order = packing.order_key(names, shapes, UNLIMITED)
         self._pools: dict[tuple[object, ...] | bytes, Pool] = {}
         self._without: dict[tuple[int, int], Pool] = {}
         self._kept: set[int] = set()  # ids of the pools eligible() handed out (never dropped)
         self._reservation: Pool | None = None  # the nodes reserve() chose last
         self._steps: dict[Vector, dict[Vector, dict[int, Vector]]] = {}  # see take_placement
         self.pools_of: list[list[Pool]] = [[] for _ in self.free]
-        # The overlay of the plan in progress (see begin()), indexed by node id: free capacity
-        # now of the nodes the plan placed pods on (None: as at the start), and the version
-        # of each one's last placement.
-        self.current: list[list[int] | None] = [None] * len(self.free)
-        self.touched: list[int] = [0] * len(self.free)
-        self.touched_nodes: list[int] = []
+        self._within: dict[tuple[int, int, int], Pool] = {}  # see within()
+        self.domains = DomainIndex(
+            topology, [(group.labels, group.nodes) for group in self.groups], len(self.free)
+        )
 
     # --- between plans ---------------------------------------------------------------------
-
-    def begin(self) -> None:
-        """Start a plan: capacity as it is now is the plan's starting point and fit order."""
-        self.plan += 1
-        self.version += 1
-        current = self.current
-        touched = self.touched
-        for n in self.touched_nodes:
-            current[n] = None
-            touched[n] = 0
-        self.touched_nodes = []
 
     def take(self, n: int, request: Sequence[int], times: int) -> None:
         """Take ``times`` x ``request`` (a vector; negative ``times`` gives back) from node
@@ -305,7 +314,6 @@ class Cluster:
         if new == old:
             return
         self.free[n] = new
-        self.version += 1
         for pool in self.pools_of[n]:
             pool.move(n, old, new)
 
@@ -326,7 +334,6 @@ class Cluster:
         index = self.index
         free = self.free
         pools_of = self.pools_of
-        changed = False
         for node, pods in placement.items():
             n = index.get(node)
             if n is None:
@@ -344,11 +351,8 @@ class Cluster:
             if new == old:
                 continue
             free[n] = new
-            changed = True
             for pool in pools_of[n]:
                 pool.move(n, old, new)
-        if changed:
-            self.version += 1
 
     # --- pools -----------------------------------------------------------------------------
 
@@ -378,13 +382,16 @@ class Cluster:
 
     def reserve(self, fit: FitClass, pods: int) -> Pool:
         """The nodes of ``fit``'s pool set aside for a gang that needs ``pods`` pods of ``fit``
-        and does not fit now: the nodes with the most free capacity (in fit order, from the
-        end), as many as hold ``pods`` pods when empty. Those are the nodes it will fit on
-        soonest, as far as free capacity tells. One reservation lives at a time: the previous
-        one's pools are dropped (they would otherwise be kept up to date forever)."""
+        and does not fit now: the nodes with the most free capacity (compared resource by
+        resource, whatever the packing), as many as hold ``pods`` pods when empty. Those are
+        the nodes it will fit on soonest, as far as free capacity tells. One reservation lives
+        at a time: the previous one's pools are dropped (they would otherwise be kept up to
+        date forever)."""
         pool = fit.pool
         shapes = self._shapes
         shape_of = self.shape_of
+        # Least free first, whatever the packing (walked from the end: most free first).
+        by_free = pool.vectors if pool.key is None else sorted(pool.buckets)
         room_of: dict[int, int] = {}
         # Nodes offering a resource the gang does not ask for (GPUs, for a CPU-only gang)
         # come last: reserving them would keep the gangs that need it off them too.
@@ -393,7 +400,7 @@ class Cluster:
         member = bytearray(len(self.free))
         total = 0
         for second in (False, True):
-            for vector in reversed(pool.vectors):
+            for vector in reversed(by_free):
                 for n in pool.buckets[vector].sorted():
                     sid = shape_of[n]
                     room = room_of.get(sid)
@@ -445,12 +452,23 @@ class Cluster:
             found = self._without[key] = self._pool(member)
         return found
 
+    def within(self, pool: Pool, domain: Domain) -> Pool:
+        """The nodes of ``pool`` in ``domain`` (kept, as `eligible` pools are: a topology
+        gang's fit class asks of few pools and domains)."""
+        key = (id(pool), len(domain.path), domain.index)
+        found = self._within.get(key)
+        if found is None:
+            member = bytes(a & b for a, b in zip(pool.member, domain.member, strict=True))
+            found = self._within[key] = self._pool(member)
+            self._kept.add(id(found))
+        return found
+
     def _pool(self, member: bytes) -> Pool:
         # Pools with the same nodes are one object (kept up to date once).
         pool = self._pools.get(member)
         if pool is None:
             nodes = [n for n, inside in enumerate(member) if inside]
-            pool = self._pools[member] = Pool(member, nodes, self.free, self.shape_of)
+            pool = self._pools[member] = Pool(member, nodes, self.free, self.shape_of, self._order)
             pools_of = self.pools_of
             for n in nodes:
                 pools_of[n].append(pool)
@@ -478,185 +496,6 @@ class Cluster:
                     total += most * count
             fit.empty_room = min(total, UNLIMITED)
         return fit.empty_room
-
-    def _start(self, fit: FitClass) -> None:
-        """Reset ``fit``'s per-plan state at its first question of a plan."""
-        fit.plan = self.plan
-        fit.offset = 0
-        fit.found = None
-        pool = fit.pool
-        vectors = pool.vectors
-        if pool.plan != self.plan:
-            pool.plan = self.plan
-            buckets = pool.buckets
-            pool.orders = [buckets[vector].order for vector in vectors]
-        fit.rooms = list(map(fit.per_node, vectors))
-        first = fit.request[0] if fit.request else 0
-        if first > 0 and fit.pick is not None:
-            # Buckets are sorted by free capacity, first resource first: the ones with less
-            # of it than one pod asks for come first and have no room.
-            fit.cursor = bisect.bisect_left(vectors, (first,))
-        else:
-            fit.cursor = 0
-
-    def room(self, fit: FitClass) -> int:
-        """How many pods of ``fit`` the free capacity holds now."""
-        if fit.room_version == self.version:
-            return fit.room
-        if fit.plan != self.plan:
-            self._start(fit)
-        pool = fit.pool
-        vectors = pool.vectors
-        cursor = fit.cursor
-        total = 0
-        # Untouched nodes by arithmetic: per bucket, pods per node times its nodes...
-        if cursor < len(vectors):
-            buckets = pool.buckets
-            rooms = fit.rooms
-            for v in range(cursor, len(vectors)):
-                per_node = rooms[v]
-                if per_node > 0:
-                    total += per_node * len(buckets[vectors[v]].members)
-            # ... then touched nodes one by one, instead of what their bucket promised. (A
-            # touched node in a bucket before the cursor has no room and was not counted.)
-            first = vectors[cursor]
-            member = pool.member
-            start_of = self.free
-            current = self.current
-            for n in self.touched_nodes:
-                if member[n]:
-                    start = start_of[n]
-                    if start >= first:
-                        per_node = fit.per_node(start)
-                        if per_node > 0:
-                            total -= per_node
-                    now = current[n]
-                    assert now is not None
-                    pods = fit.pods_on(now)
-                    if pods > 0:
-                        total += pods
-        fit.room = min(total, UNLIMITED)
-        fit.room_version = self.version
-        return fit.room
-
-    def _find(self, fit: FitClass, enough: int) -> tuple[int, list[tuple[int, int]]]:
-        """Pods of ``fit`` the free capacity holds, in fit order from the cursor, stopping at
-        ``enough`` (at least 1); and where (node id, pods). Moves the cursor past the nodes with
-        no room for a pod of ``fit`` on the way."""
-        if fit.plan != self.plan:
-            self._start(fit)
-        pool = fit.pool
-        orders = pool.orders
-        rooms = fit.rooms
-        current = self.current
-        pick = fit.pick
-        need = fit.need
-        one_per_node = fit.one_pod_per_node
-        total = 0
-        where: list[tuple[int, int]] = []
-        v = fit.cursor
-        start = fit.offset
-        leading = True  # no node with room seen yet: the cursor follows
-        end = len(rooms)
-        while v < end:
-            per_node = rooms[v]
-            if per_node > 0:
-                order = orders[v]
-                if order is None:
-                    order = orders[v] = pool.buckets[pool.vectors[v]].sorted()
-                if pick is None or one_per_node:
-                    for k in range(start, len(order)):
-                        n = order[k]
-                        now = current[n]
-                        if (
-                            now is not None
-                            and pick is not None
-                            and not all(map(ge, pick(now), need))
-                        ):
-                            continue
-                        if leading:
-                            fit.cursor, fit.offset, leading = v, k, False
-                        if total + per_node >= enough:
-                            where.append((n, enough - total))
-                            return enough, where
-                        total += per_node
-                        where.append((n, per_node))
-                else:
-                    # An untouched node holds per_node pods, a touched one what is left.
-                    for k in range(start, len(order)):
-                        n = order[k]
-                        now = current[n]
-                        pods = per_node if now is None else min(map(floordiv, pick(now), need))
-                        if pods > 0:
-                            if leading:
-                                fit.cursor, fit.offset, leading = v, k, False
-                            if total + pods >= enough:
-                                where.append((n, enough - total))
-                                return enough, where
-                            total += pods
-                            where.append((n, pods))
-            v += 1
-            start = 0
-        if leading:
-            fit.cursor, fit.offset = end, 0
-        return total, where
-
-    def fits(self, fit: FitClass, pods: int, want: int) -> bool:
-        """True if at least ``pods`` pods of ``fit`` fit now. Counts up to ``want`` (>= pods)
-        and keeps where they would go for ``place(fit, want, ...)``."""
-        if fit.room_version == self.version:
-            return fit.room >= pods
-        found, where = self._find(fit, want)
-        if found < pods:
-            fit.room = found
-            fit.room_version = self.version
-            return False
-        fit.found = (self.plan, self.version, want, found, where)
-        return True
-
-    def place(self, fit: FitClass, want: int, at_least: int) -> tuple[dict[str, int], int] | None:
-        """Place up to ``want`` pods of ``fit``, at least ``at_least``; None if fewer fit (then
-        ``room(fit)`` is up to date). Returns (node name -> pods, pods placed)."""
-        if fit.room_version == self.version and fit.room < at_least:
-            return None
-        cached = fit.found
-        if (
-            cached is not None
-            and cached[0] == self.plan
-            and cached[2] == want
-            and self._unchanged(cached[1], cached[4])
-        ):
-            found, where = cached[3], cached[4]
-        else:
-            found, where = self._find(fit, want)
-        if found < at_least:
-            fit.room = found
-            fit.room_version = self.version
-            return None
-        request = fit.request
-        nonzero = fit.nonzero
-        names = self.node_names
-        placement: dict[str, int] = {}
-        version = self.version = self.version + 1
-        touched = self.touched
-        current = self.current
-        start = self.free
-        first_touch = self.touched_nodes.append
-        for n, pods in where:
-            free = current[n]
-            if free is None:
-                free = current[n] = list(start[n])
-                first_touch(n)
-            for i in nonzero:
-                free[i] -= request[i] * pods
-            placement[names[n]] = pods
-            touched[n] = version
-        return placement, found
-
-    def _unchanged(self, version: int, where: list[tuple[int, int]]) -> bool:
-        """True if no node in ``where`` lost capacity after ``version``."""
-        touched = self.touched
-        return all(touched[n] <= version for n, _ in where)
 
 
 def unique_names(nodes: Sequence[Node]) -> None:

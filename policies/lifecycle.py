@@ -16,7 +16,7 @@ from policies.decisions import Reason
 from policies.durations import format_duration
 from policies.model import Backoff, Queue
 
-EvictReason = Literal["Clogged", "BelowMinimum", "Deadlock"]
+EvictReason = Literal["Clogged", "BelowMinimum", "Deadlock", "Outgrown"]
 
 DEFAULT_CLOG_TIMEOUT: Final = 300.0
 """Seconds, for a gang whose queue is gone (a Queue's own default is in `policies.model`)."""

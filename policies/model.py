@@ -9,11 +9,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import networkx as nx
 
+from policies.durations import shown
+from policies.labels import holds
+from policies.packing import DEFAULT_PACKING, Packing
 from policies.resources import Resources, format_quantity
+from policies.topology import NO_TOPOLOGY, Topology, TopologyRequest
 from policies.vocabulary import PRIORITY_MAX
 
 __all__ = [
@@ -21,6 +25,8 @@ __all__ = [
     "Backoff",
     "Gang",
     "Node",
+    "Ordering",
+    "PodSet",
     "PolicyError",
     "Preemption",
     "Queue",
@@ -36,6 +42,7 @@ TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 Strategy = Literal["BestEffortFIFO", "StrictFIFO"]
 SizeRatioAction = Literal["Serialize", "Reject"]
 NeverFitsAction = Literal["Warn", "Reject"]
+OrderBy = Literal["Submission", "SmallestFirst"]
 
 
 class PolicyError(ValueError):
@@ -49,15 +56,44 @@ def parse_priority(value: object, where: str) -> int:
     Job with a bad one waiting, with this message); raises PolicyError naming `where`.
     """
     fix = f"set it to a whole number from 0 to {PRIORITY_MAX} (higher goes first)"
-    text = value.strip() if isinstance(value, str) else value
-    if isinstance(text, bool) or not (
-        isinstance(text, int) or (isinstance(text, str) and is_digits(text.lstrip("-")))
-    ):
-        raise PolicyError(f"{where}: {value!r} is not an integer; {fix}")
-    priority = int(text)
+    priority = whole_number(value)
+    if priority is None:
+        raise PolicyError(f"{where}: {shown(value)} is not an integer; {fix}")
     if not 0 <= priority <= PRIORITY_MAX:
-        raise PolicyError(f"{where}: {priority} is out of range; {fix}")
+        raise PolicyError(f"{where}: {spelled(priority, value)} is out of range; {fix}")
     return priority
+
+
+MAX_DIGITS = 19
+"""Digits of the largest integer Kubernetes stores (int64: 9223372036854775807)."""
+OUT_OF_RANGE = 2**63
+"""What `whole_number` reads a longer digit string as: beyond every range muster checks."""
+
+
+def spelled(number: int, value: object) -> str:
+    """How a message quotes a whole number read from ``value``: the number, or the value cut
+    short (`policies.durations.shown`) when it had more digits than any range holds."""
+    return str(number) if abs(number) < OUT_OF_RANGE else shown(value)
+
+
+def whole_number(value: object) -> int | None:
+    """The integer an `int` or an optionally signed string of ASCII digits (spaces around it
+    allowed) is, else None. A string of more than `MAX_DIGITS` digits reads as ±`OUT_OF_RANGE`
+    without being converted: no range muster checks reaches it, and `int()` of thousands of
+    digits costs time or raises (Python refuses over 4300)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    sign, digits = (-1, text[1:]) if text.startswith("-") else (1, text)
+    if not is_digits(digits):
+        return None
+    if len(digits.lstrip("0")) > MAX_DIGITS:
+        return sign * OUT_OF_RANGE
+    return sign * int(digits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,30 +137,10 @@ NodeTerm = tuple[NodeExpression, ...]
 """A node selector term: every expression must hold."""
 
 
-def _expression_holds(labels: Mapping[str, str], expression: NodeExpression) -> bool:
-    key, operator, values = expression
-    value = labels.get(key)
-    if operator == "In":
-        return value is not None and value in values
-    if operator == "NotIn":
-        return value is None or value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    if operator in ("Gt", "Lt") and value is not None and values:
-        try:
-            number, bound = int(value), int(values[0])
-        except ValueError:
-            return False
-        return number > bound if operator == "Gt" else number < bound
-    return False
-
-
 def node_affinity_holds(labels: Mapping[str, str], terms: tuple[NodeTerm, ...]) -> bool:
     """True if a node with ``labels`` satisfies a pod's required node affinity (terms ORed,
     expressions within a term ANDed, as Kubernetes does); no terms: every node."""
-    return not terms or any(all(_expression_holds(labels, e) for e in term) for term in terms)
+    return not terms or any(all(holds(labels, *e) for e in term) for term in terms)
 
 
 def placeable(labels: Mapping[str, str], taints: Iterable[Taint], gang: Gang) -> bool:
@@ -162,14 +178,9 @@ class SubmitStamp:
 
 
 # Gang.screen_key: queue, per-pod request as (resource, amount) pairs, one-pod-per-node, node
-# selector as sorted (key, value) pairs, tolerations as (key, operator, value, effect).
-ScreenKey = tuple[
-    str,
-    frozenset[tuple[str, int]],
-    bool,
-    tuple[tuple[str, str], ...],
-    tuple[tuple[str, str, str, str], ...],
-]
+# selector as sorted (key, value) pairs, tolerations as (key, operator, value, effect), required
+# node affinity terms; then, for a gang of several pod sets, its other pod sets' (count, key).
+ScreenKey = tuple[Any, ...]
 _T = TypeVar("_T")
 # Equal screen keys (and per-pod requests) of different gangs are made the same object, so the
 # planner's dict lookups on them compare by identity. Bounded: cleared when it grows large.
@@ -186,8 +197,51 @@ def _canonical(value: _T) -> _T:
 
 
 @dataclass(frozen=True, slots=True)
+class PodSet:
+    """One group of a gang's pods made from one pod template (a JobSet's replicated Job, an MPI
+    job's launcher): ``count`` identical pods, admitted whole."""
+
+    name: str
+    count: int
+    requests: Resources
+    one_pod_per_node: bool = False
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    node_terms: tuple[NodeTerm, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise PolicyError(
+                f"pod set {self.name!r}: count must be at least 1, got {self.count!r}"
+            )
+
+    def screen_key(self) -> tuple[object, ...]:
+        """What fit depends on: request, one-pod-per-node, selector, tolerations, affinity."""
+        requests = self.requests
+        amounts = (
+            requests._amounts
+            if isinstance(requests, Resources)
+            else {name: amount for name, amount in requests.items() if amount}
+        )
+        return (
+            frozenset(amounts.items()),
+            self.one_pod_per_node,
+            tuple(sorted(self.node_selector.items())),
+            tuple((t.key, t.operator, t.value, t.effect) for t in self.tolerations),
+            self.node_terms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Gang:
-    """The unit of admission: ``size`` identical pods admitted together (at least ``min``)."""
+    """The unit of admission: ``size`` pods admitted together (at least ``min``).
+
+    A gang is one or more pod sets. Its *main* pod set is written inline (``pod_requests``,
+    ``one_pod_per_node``, ``node_selector``, ``tolerations``, ``node_terms``; named
+    ``set_name``): the only one that may be admitted smaller than asked (elastic). ``others``
+    are its further pod sets, each admitted whole (an MPI launcher beside its workers, the other
+    replicated Jobs of a JobSet). ``size`` and ``min_size`` count every pod of the gang: the
+    main set has ``size - fixed`` pods, of which at least ``min - fixed`` are admitted."""
 
     id: str  # "namespace/name", unique
     queue: str
@@ -209,19 +263,32 @@ class Gang:
     # Job then, so the planner may lend it nodes reserved for a big gang (backfill). None: no
     # bound, never backfills.
     runtime_limit: float | None = None
+    others: tuple[PodSet, ...] = ()
+    """The gang's pod sets besides the main one, in the kind's order; each admitted whole."""
+    set_name: str = ""
+    """The main pod set's name ('' for a kind with one pod template)."""
+    topology: TopologyRequest | None = None
+    """Where its pods go among the cluster's topology domains (muster.dev/topology-required,
+    -preferred; every pod set of the gang alike); None: anywhere, as before topology."""
+    # Pods of ``others``: the part of ``size`` (and of ``min``) that never shrinks.
+    fixed: int = field(init=False, repr=False, compare=False)
     # Within-queue order (priority first, then submission), precomputed for the planner's sort.
     order_key: tuple[int, float, int, str] = field(init=False, repr=False, compare=False)
     # Gangs of one queue with equal screen keys are screened and fitted alike (same queue, per-pod
-    # request, one-pod-per-node flag, node selector and tolerations). Plain tuples, strings and
-    # frozensets only, so hashing and comparing it stays in C.
+    # request, one-pod-per-node flag, node selector and tolerations, and the same other pod
+    # sets). Plain tuples, strings and frozensets only, so hashing and comparing it stays in C.
     screen_key: ScreenKey = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.size, int) or self.size < 1:
-            raise PolicyError(f"gang {self.id}: size must be at least 1, got {self.size!r}")
-        if self.min_size is not None and not 1 <= self.min_size <= self.size:
+        fixed = sum(other.count for other in self.others)
+        object.__setattr__(self, "fixed", fixed)
+        if not isinstance(self.size, int) or self.size < 1 + fixed:
+            least = "at least 1" if not fixed else f"more than its other pod sets' {fixed} pods"
+            raise PolicyError(f"gang {self.id}: size must be {least}, got {self.size!r}")
+        if self.min_size is not None and not 1 + fixed <= self.min_size <= self.size:
             raise PolicyError(
-                f"gang {self.id}: minSize {self.min_size} must be between 1 and size {self.size}"
+                f"gang {self.id}: minSize {self.min_size} must be between {1 + fixed} and size "
+                f"{self.size}"
             )
         if not math.isfinite(self.elastic_after) or self.elastic_after < 0:
             raise PolicyError(
@@ -251,7 +318,7 @@ class Gang:
             if isinstance(requests, Resources)
             else {name: amount for name, amount in requests.items() if amount}
         )
-        key = (
+        key: ScreenKey = (
             self.queue,
             _canonical(frozenset(amounts.items())),
             self.one_pod_per_node,
@@ -259,6 +326,10 @@ class Gang:
             tuple((t.key, t.operator, t.value, t.effect) for t in self.tolerations),
             self.node_terms,
         )
+        if self.others:
+            key = (*key, tuple((o.count, o.screen_key()) for o in self.others))
+        if self.topology is not None:  # last, so a gang without one keeps its key
+            key = (*key, ("topology", self.topology.level, self.topology.required))
         object.__setattr__(self, "screen_key", _canonical(key))
 
     def __hash__(self) -> int:
@@ -273,7 +344,39 @@ class Gang:
         return self.min < self.size
 
     def demand(self, size: int) -> Resources:
-        return self.pod_requests.scale(size)
+        """Quota of the gang admitted at ``size`` pods (every pod set's)."""
+        demand = self.pod_requests.scale(size - self.fixed)
+        for other in self.others:
+            demand = demand + other.requests.scale(other.count)
+        return demand
+
+    @property
+    def main(self) -> PodSet:
+        """The main pod set at full size."""
+        return PodSet(
+            self.set_name,
+            self.size - self.fixed,
+            self.pod_requests,
+            self.one_pod_per_node,
+            self.node_selector,
+            self.tolerations,
+            self.node_terms,
+        )
+
+    @property
+    def pod_sets(self) -> tuple[PodSet, ...]:
+        """Every pod set, the main one first."""
+        return (self.main, *self.others)
+
+    def placements(
+        self, placement: Mapping[str, int], others: Sequence[Mapping[str, int]]
+    ) -> dict[str, Mapping[str, int]]:
+        """Pod set name -> node name -> pods, from an admission's main placement and those of
+        ``others`` (in the order of ``Gang.others``)."""
+        out: dict[str, Mapping[str, int]] = {self.set_name: placement}
+        for other, where in zip(self.others, others, strict=False):
+            out[other.name] = where
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +403,24 @@ class SizeRatio:
 
     ratio: float = 0.1
     action: SizeRatioAction = "Serialize"
+
+
+@dataclass(frozen=True, slots=True)
+class Ordering:
+    """The order of a queue's waiting gangs (`spec.ordering`; policies/ordering.py).
+
+    ``Submission`` (the default): by priority, then submission. ``SmallestFirst``: within a
+    priority, a gang that has waited ``aging_bound`` seconds goes first (by submission) and, if
+    big, takes the reservation as a starving big gang does; the others follow smallest
+    dominant share first, then by submission. ``aging_bound`` None: muster's starvation bound
+    for big gangs (`policies.reservation.STARVATION_AFTER`, 120 s)."""
+
+    by: OrderBy = "Submission"
+    aging_bound: float | None = None
+
+    @property
+    def smallest_first(self) -> bool:
+        return self.by == "SmallestFirst"
 
 
 ReclaimWithinCohort = Literal["Never", "LowerPriority", "Any"]
@@ -373,6 +494,12 @@ class Queue:
     # What the webhook does with a created gang that can never fit (the planner's NeverFits):
     # allow it with a warning, or refuse it. The planner itself ignores it.
     never_fits: NeverFitsAction = "Warn"
+    # Fairness over time (`spec.fairSharing.halfLife`, seconds; policies/fairtime.py): shares
+    # count recent usage decayed with this half-life. None = not set (a leaf takes its nearest
+    # cohort's; none at all: the instant share, the default); 0 = the instant share.
+    usage_half_life: float | None = None
+    # The order of the queue's waiting gangs (`spec.ordering`); the default, by submission.
+    ordering: Ordering = Ordering()
 
 
 class QueueTree:
@@ -499,6 +626,13 @@ def validate_queue(queue: Queue) -> None:
         queue.weight <= 0
     ):
         raise PolicyError(f"{where}: spec.weight must be a number > 0, got {queue.weight!r}")
+    half_life = queue.usage_half_life
+    if half_life is not None and not (
+        isinstance(half_life, int | float) and math.isfinite(half_life) and half_life >= 0
+    ):
+        raise PolicyError(
+            f"{where}: spec.fairSharing.halfLife must be a duration >= 0, got {half_life!r}"
+        )
     if queue.parent == queue.name:
         raise PolicyError(
             f"{where}: spec.parent names the queue itself; a queue cannot be its own cohort"
@@ -554,9 +688,11 @@ class AdmittedGang:
 
     gang: Gang
     size: int
-    placement: Mapping[str, int]  # node name -> pods
+    placement: Mapping[str, int]  # node name -> pods of the main pod set
     admitted_at: float
     running: bool = False
+    other_placements: tuple[Mapping[str, int], ...] = ()
+    """Where the pods of ``gang.others`` went, in their order (empty: node-blind, or none)."""
 
     def __hash__(self) -> int:
         return hash(self.gang.id)
@@ -571,6 +707,10 @@ class Snapshot:
     admitted: Sequence[AdmittedGang]
     pending: Sequence[Gang]
     now: float
+    topology: Topology = NO_TOPOLOGY
+    """The cluster's topology levels (none: gangs' topology requests are not looked at)."""
+    packing: Packing = DEFAULT_PACKING
+    """The order in which gangs are offered nodes (`policies.packing`)."""
 
     def __hash__(self) -> int:
         return id(self)

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies import gangstate
-from policies.model import PolicyError
-from policies.vocabulary import ADMITTED, EVICTIONS, QUEUE, REQUEUE_AT, STATE, SUBMITTED
+from policies.durations import shown
+from policies.model import PolicyError, whole_number
+from policies.vocabulary import EVICTIONS, MAX_INT32, QUEUE, REQUEUE_AT, STATE, SUBMITTED
 
 
-def is_managed_job(body: Mapping[str, Any]) -> bool:
-    """A Job muster manages: labelled with a queue and stamped by the webhook."""
+def is_managed(body: Mapping[str, Any]) -> bool:
+    """A gang object muster manages: labelled with a queue and stamped by the webhook."""
     meta = body.get("metadata") or {}
     return QUEUE in (meta.get("labels") or {}) and SUBMITTED in (meta.get("annotations") or {})
 
@@ -36,6 +37,16 @@ def condition_true(status: Mapping[str, Any], kind: str) -> bool:
 def job_finished(status: Mapping[str, Any]) -> bool:
     """The Job has ended: its condition Complete or Failed is True."""
     return condition_true(status, "Complete") or condition_true(status, "Failed")
+
+
+def format_time(seconds: float) -> str:
+    """RFC3339 UTC with microseconds, e.g. 2026-01-02T03:04:05.123456Z."""
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def format_admitted(seconds: float, size: int) -> str:
+    """The `muster.dev/admitted` value: `<RFC3339 time>/<admitted size>`."""
+    return f"{format_time(seconds)}/{size}"
 
 
 def parse_time(value: str) -> float:
@@ -66,9 +77,8 @@ def eviction_counts(annotations: Mapping[str, str]) -> EvictionCounts:
             requeue_at = parse_time(annotations[REQUEUE_AT])
         except ValueError:
             requeue_at = 0.0
-    try:
-        evictions = int(annotations.get(EVICTIONS, "0"))
-    except ValueError:
+    evictions = whole_number(annotations.get(EVICTIONS, "0")) or 0
+    if not 0 <= evictions <= MAX_INT32:
         evictions = 0
     return EvictionCounts(evictions, requeue_at)
 
@@ -77,20 +87,6 @@ def marked_failed(annotations: Mapping[str, str]) -> bool:
     """muster gave up on the gang (`muster.dev/state: Failed`, past its backoff limit): it
     stays suspended, and counts neither as pending nor as admitted."""
     return annotations.get(STATE) == gangstate.FAILED
-
-
-def job_pending(body: Mapping[str, Any]) -> bool:
-    """A managed Job waiting for admission: not admitted (no `muster.dev/admitted`), not
-    finished, not marked Failed. A gang evicted or preempted loses its admission and is
-    pending again. (The controller also counts its own admission still in flight as admitted;
-    that is the only difference between its count and this reading of the object.)"""
-    meta = body.get("metadata") or {}
-    annotations: Mapping[str, str] = meta.get("annotations") or {}
-    return (
-        ADMITTED not in annotations
-        and not marked_failed(annotations)
-        and not job_finished(body.get("status") or {})
-    )
 
 
 @dataclass(frozen=True)
@@ -112,9 +108,10 @@ NO_LIMITS = QueueLimits()
 def _limit(value: object, where: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT32:
         raise PolicyError(
-            f"{where}: {value!r} is not a whole number >= 0; set e.g. 500, or remove it"
+            f"{where}: {shown(value)} is not a whole number from 0 to {MAX_INT32}; set e.g. "
+            "500, or remove it"
         )
     return value
 

@@ -19,23 +19,27 @@ For each leaf queue whose preemption is enabled, its first gang the plan left wa
    drop every victim the preemptor does not need (the fewest, latest-chosen first).
 4. Admit the preemptor on the freed capacity and preempt its victims, in the same decisions.
 
-Pure, like the planner: works on the plan's quota state (given back at the end of the plan)
-and on its own copy of the free capacity of the nodes it touches.
+A gang of several pod sets preempts for all of them (each other pod set placed whole, then the
+main one at least at its floor), and a victim gives back every pod set's quota and nodes.
+
+Pure, like the planner: works on the plan's quota state through `policies.shares.Shares` (given
+back at the end of the plan) and on its own copy of the free capacity of the nodes it touches;
+it reads the plan's `PlanState` and never changes it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from policies import reasons
 from policies.decisions import Reason
-from policies.durations import DurationError, parse_duration
+from policies.durations import DurationError, parse_duration, shown
 from policies.fit import FitClass
+from policies.fitcatalog import Demand
 from policies.model import AdmittedGang, Gang, PolicyError, Preemption, Queue
-
-if TYPE_CHECKING:  # the planner imports this module
-    from policies.planner import _Cycle
+from policies.planstate import PlanState, placed_sets, smallest_size
+from policies.shares import Shares
+from policies.vocabulary import MAX_INT32
 
 __all__ = ["parse_preemption", "preempt"]
 
@@ -56,8 +60,15 @@ def parse_preemption(spec: object, where: str) -> Preemption:
         )
     default = Preemption()
     protect_after = spec.get("protectAfter", default.protect_after)
-    if isinstance(protect_after, bool) or not isinstance(protect_after, int):
-        raise PolicyError(f"{where}.protectAfter: {protect_after!r} is not a whole number; e.g. 3")
+    if (
+        isinstance(protect_after, bool)
+        or not isinstance(protect_after, int)
+        or abs(protect_after) > MAX_INT32
+    ):
+        raise PolicyError(
+            f"{where}.protectAfter: {shown(protect_after)} is not a whole number up to "
+            f"{MAX_INT32}; e.g. 3"
+        )
     try:
         protect_for = parse_duration(
             spec.get("protectFor", default.protect_for), field=f"{where}.protectFor"
@@ -75,7 +86,9 @@ def parse_preemption(spec: object, where: str) -> Preemption:
     return preemption
 
 
-_Demand = list[tuple[int, int]]
+Admit = Callable[[Gang, FitClass, int, dict[str, int], tuple[dict[str, int], ...]], None]
+"""Records a preemptor's admission in the plan: gang, fit class of its main pod set, size, main
+placement, the other pod sets' placements."""
 
 
 class _Victim:
@@ -85,7 +98,7 @@ class _Victim:
         self,
         admitted: AdmittedGang,
         leaf: str,
-        demand: _Demand,
+        demand: Demand,
         nodes: Sequence[tuple[int, Sequence[int], int]],
         rule: str,
     ) -> None:
@@ -96,87 +109,120 @@ class _Victim:
         self.rule = rule
 
 
+class _Ground:
+    """What preemption reads and changes of one plan: its state (read only), its quota through
+    `Shares`, and its own copy of the free capacity of the nodes it touched."""
+
+    __slots__ = ("free", "now", "shares", "state")
+
+    def __init__(self, state: PlanState, shares: Shares, now: float) -> None:
+        self.state = state
+        self.shares = shares
+        self.now = now
+        self.free: dict[int, list[int]] = {}  # node id -> free capacity now (nodes touched)
+
+    def free_of(self, n: int) -> list[int]:
+        vector = self.free.get(n)
+        if vector is None:
+            now = self.state.overlay.current[n]
+            vector = self.free[n] = list(now if now is not None else self.state.cluster.free[n])
+        return vector
+
+    def take(self, n: int, request: Sequence[int], pods: int) -> None:
+        """``pods`` pods of ``request`` on node ``n`` (negative: given back)."""
+        vector = self.free_of(n)
+        for i, amount in enumerate(request):
+            vector[i] -= amount * pods
+
+
 def preempt(
-    cycle: _Cycle,
+    state: PlanState,
+    shares: Shares,
+    now: float,
     waiting: Sequence[tuple[Gang, FitClass]],
     admitted_now: set[str],
-    admit: Callable[[Gang, FitClass, int, dict[str, int]], None],
+    admit: Admit,
 ) -> dict[str, Reason]:
     """Preemptions for ``waiting`` (each preemption-enabled queue's first waiting gang, in the
     policy's order); ``admit`` records a preemptor's admission in the plan. Returns victim id
     -> reason."""
-    state = cycle.state
-    queues = cycle.tree.queues
-    admitted: Mapping[str, AdmittedGang] = state.admitted
+    ground = _Ground(state, shares, now)
+    queues = state.tree.queues
     preempted: dict[str, Reason] = {}
-    free: dict[int, list[int]] = {}  # node id -> free capacity now (nodes this phase touched)
     for gang, fit in waiting:
         queue = queues[gang.queue]
-        candidates = _candidates(cycle, gang, fit, queue, admitted, admitted_now, preempted)
+        candidates = _candidates(ground, gang, fit, queue, admitted_now, preempted)
         if not candidates:
             continue
-        floor = cycle.floor(gang)
-        chosen: list[_Victim] = []
-        fitted: tuple[int, dict[int, int]] | None = None
-        for victim in candidates:
-            chosen.append(victim)
-            fitted = _fits(cycle, gang, fit, queue, chosen, free, floor)
-            if fitted is not None:
-                break
+        chosen, fitted = _fewest_first(ground, gang, fit, queue, candidates)
         if fitted is None:
             continue
         # The fewest victims: drop each one the preemptor does without, latest chosen first.
         for victim in list(reversed(chosen[:-1])):
             rest = [v for v in chosen if v is not victim]
-            without = _fits(cycle, gang, fit, queue, rest, free, floor)
+            without = _fits(ground, gang, fit, queue, rest)
             if without is not None:
                 chosen, fitted = rest, without
-        size, placement = fitted
+        size, placements = fitted
         for victim in chosen:
             preempted[victim.admitted.gang.id] = reasons.preempted(gang.id, victim.rule)
-            cycle.give_back(victim.leaf, victim.demand)
+            shares.give_back(victim.leaf, victim.demand)
             for n, request, pods in victim.nodes:
-                vector = _free(cycle, free, n)
-                for i, amount in enumerate(request):
-                    vector[i] += amount * pods
-        names = cycle.cluster.node_names
-        for n, pods in placement.items():
-            vector = _free(cycle, free, n)
-            for i in fit.nonzero:
-                vector[i] -= fit.request[i] * pods
-        admit(gang, fit, size, {names[n]: p for n, p in placement.items()})
+                ground.take(n, request, -pods)
+        names = state.cluster.node_names
+        named: list[dict[str, int]] = []
+        for set_fit, placement in placements:
+            for n, pods in placement.items():
+                ground.take(n, set_fit.request, pods)
+            named.append({names[n]: p for n, p in placement.items()})
+        admit(gang, fit, size, named[-1], tuple(named[:-1]))
         admitted_now.add(gang.id)
     return preempted
 
 
-def _free(cycle: _Cycle, free: dict[int, list[int]], n: int) -> list[int]:
-    vector = free.get(n)
-    if vector is None:
-        cluster = cycle.cluster
-        now = cluster.current[n]
-        vector = free[n] = list(now if now is not None else cluster.free[n])
-    return vector
+def _fewest_first(
+    ground: _Ground, gang: Gang, fit: FitClass, queue: Queue, candidates: Sequence[_Victim]
+) -> tuple[list[_Victim], _Fitted | None]:
+    """The shortest run of ``candidates`` from the first (at least one) with which ``gang``
+    fits, and its fit; ([], None) if all of them do not suffice. Giving back more capacity
+    never fits fewer pods (quota room and free node capacity only grow, and the placement
+    fills every node it can), so the runs that fit are those from some length on: one try with
+    all, then a bisection, rather than one try per length (each try costs one pass over the
+    victims: hundreds of one-pod victims made that quadratic, every plan)."""
+    fitted = _fits(ground, gang, fit, queue, candidates)
+    if fitted is None:
+        return [], None
+    fails, fits = 0, len(candidates)  # a run of `fails` is assumed not to fit, of `fits` fits
+    while fits - fails > 1:
+        middle = (fails + fits) // 2
+        attempt = _fits(ground, gang, fit, queue, candidates[:middle])
+        if attempt is None:
+            fails = middle
+        else:
+            fits, fitted = middle, attempt
+    return list(candidates[:fits]), fitted
 
 
 def _candidates(
-    cycle: _Cycle,
+    ground: _Ground,
     gang: Gang,
     fit: FitClass,
     queue: Queue,
-    admitted: Mapping[str, AdmittedGang],
     admitted_now: set[str],
     preempted: Mapping[str, Reason],
 ) -> list[_Victim]:
     """The gangs ``gang`` may preempt, in preemption order (step 1 and 2)."""
-    tree = cycle.tree
+    state = ground.state
+    shares = ground.shares
+    tree = state.tree
     queues = tree.queues
     rules = queue.preemption
     root = tree.root(queue.name)
-    mine = cycle.share_of(queue.name, fit, gang.size)
-    index = cycle.cluster.index
+    mine = shares.share_of(queue.name, fit, gang.size)
+    index = state.cluster.index
     ranked: list[tuple[tuple[int, float, float, str], _Victim]] = []
-    shares: dict[str, float] = {}
-    for victim in admitted.values():
+    shares_of: dict[str, float] = {}
+    for victim in state.admitted.values():
         other = victim.gang
         if other.id in admitted_now or other.id in preempted or other.id == gang.id:
             continue
@@ -187,31 +233,21 @@ def _candidates(
         guard = owner.preemption
         if (
             other.preemptions >= guard.protect_after
-            and cycle.now - victim.admitted_at < guard.protect_for
+            and ground.now - victim.admitted_at < guard.protect_for
         ):
             continue
-        share = shares.get(leaf)
+        share = shares_of.get(leaf)
         if share is None:
-            share = shares[leaf] = cycle.share_of(leaf, fit, 0)
-        rule = ""
-        if leaf == queue.name:
-            if rules.within_queue == "LowerPriority" and other.priority < gang.priority:
-                rule = "withinQueue: LowerPriority"
-        elif share > mine:
-            borrowing = cycle.borrowing(leaf)
-            lower = other.priority < gang.priority
-            if rules.reclaim_within_cohort == "Any" and borrowing:
-                rule = f"reclaimWithinCohort: Any, queue {leaf} borrows"
-            elif rules.reclaim_within_cohort == "LowerPriority" and borrowing and lower:
-                rule = f"reclaimWithinCohort: LowerPriority, queue {leaf} borrows"
-            elif rules.fair_share == "Reclaim" and cycle.above_fair_share(leaf, fit):
-                rule = f"fairShare: Reclaim, queue {leaf} is above its fair share"
+            share = shares_of[leaf] = shares.share_of(leaf, fit, 0)
+        rule = _rule(shares, rules, gang, other, leaf, queue.name, share, mine, fit)
         if not rule:
             continue
-        request = cycle.state.vector(other.pod_requests)
-        demand = [(i, amount * victim.size) for i, amount in enumerate(request) if amount]
+        demand = [(i, amount) for i, amount in state.catalog.demand(other, victim.size) if amount]
         nodes = [
-            (index[name], request, pods) for name, pods in victim.placement.items() if name in index
+            (index[name], state.catalog.vector(requests), pods)
+            for requests, placement in placed_sets(victim)
+            for name, pods in placement.items()
+            if name in index
         ]
         key = (other.priority, -other.submitted.time, -share, other.id)
         ranked.append((key, _Victim(victim, leaf, demand, nodes, rule)))
@@ -219,52 +255,172 @@ def _candidates(
     return [victim for _, victim in ranked]
 
 
+def _rule(
+    shares: Shares,
+    rules: Preemption,
+    gang: Gang,
+    other: Gang,
+    leaf: str,
+    mine_leaf: str,
+    share: float,
+    mine: float,
+    fit: FitClass,
+) -> str:
+    """The rule that lets ``gang`` (of queue ``mine_leaf``, at share ``mine``) preempt
+    ``other`` (of queue ``leaf``, at ``share``); '' if none does."""
+    if leaf == mine_leaf:
+        if rules.within_queue == "LowerPriority" and other.priority < gang.priority:
+            return "withinQueue: LowerPriority"
+        return ""
+    if share <= mine:
+        return ""
+    borrowing = shares.borrowing(leaf)
+    lower = other.priority < gang.priority
+    if rules.reclaim_within_cohort == "Any" and borrowing:
+        return f"reclaimWithinCohort: Any, queue {leaf} borrows"
+    if rules.reclaim_within_cohort == "LowerPriority" and borrowing and lower:
+        return f"reclaimWithinCohort: LowerPriority, queue {leaf} borrows"
+    if rules.fair_share == "Reclaim" and shares.above_fair_share(leaf, fit):
+        return f"fairShare: Reclaim, queue {leaf} is above its fair share"
+    return ""
+
+
+_Fitted = tuple[int, list[tuple[FitClass, dict[int, int]]]]
+"""The preemptor's size and, per pod set (the other pod sets first, the main one last), its fit
+class and placement (node id -> pods)."""
+
+
 def _fits(
-    cycle: _Cycle,
+    ground: _Ground,
     gang: Gang,
     fit: FitClass,
     queue: Queue,
     victims: Sequence[_Victim],
-    free: dict[int, list[int]],
-    floor: int,
-) -> tuple[int, dict[int, int]] | None:
-    """How many pods of ``gang`` (at least ``floor``, at most its size) go where (node id ->
-    pods; no nodes for a node-blind queue, which admits on quota alone) with the victims'
-    quota and capacity given back; None if it does not fit."""
+) -> _Fitted | None:
+    """How many pods of ``gang`` (at least its floor now, at most its size) go where with the
+    victims' quota and capacity given back (no nodes for a node-blind queue, which admits on
+    quota alone); None if it does not fit."""
+    state = ground.state
+    quota = state.quota
+    fixed = gang.fixed
+    floor = smallest_size(gang, ground.now) - fixed
     for victim in victims:
-        cycle.quota.add(victim.leaf, [(i, -amount) for i, amount in victim.demand])
+        quota.add(victim.leaf, [(i, -amount) for i, amount in victim.demand])
     try:
-        pods = cycle.quota_room(queue.name, fit, gang.size)
+        available = quota.available(queue.name)
+        if gang.others:
+            sets = state.classes[gang.screen_key].sets
+            short = ground.shares.demand_reason(
+                queue.name, state.catalog.demand(gang, fixed + floor), available
+            )
+            pods = (
+                -1
+                if short is not None
+                else ground.shares.quota_room(queue.name, fit, gang.size - fixed)
+            )
+            if short is None:
+                left = list(available)
+                for set_fit, count in sets:
+                    for i in set_fit.nonzero:
+                        left[i] -= set_fit.request[i] * count
+                pods = _room_in(fit, left, gang.size - fixed)
+        else:
+            sets = ()
+            pods = ground.shares.quota_room(queue.name, fit, gang.size)
     finally:
         for victim in victims:
-            cycle.quota.add(victim.leaf, victim.demand)
+            quota.add(victim.leaf, victim.demand)
     if pods < floor:
         return None
     if not queue.node_fit:
-        return pods, {}
+        return fixed + pods, [*((set_fit, {}) for set_fit, _ in sets), (fit, {})]
     released: dict[int, list[int]] = {}
     for victim in victims:
         for n, request, count in victim.nodes:
             vector = released.get(n)
             if vector is None:
-                vector = released[n] = list(_free(cycle, free, n))
+                vector = released[n] = list(ground.free_of(n))
             for i, amount in enumerate(request):
                 vector[i] += amount * count
+    topology = fit.topology
+    if topology is None or not topology.required:
+        return _place_sets(ground, fit, sets, released, pods, floor, fixed, None)
+    # A required gang preempts for room within one domain of its level, never across.
+    for domain in state.cluster.domains.at(topology.level) or ():
+        trial = {n: list(vector) for n, vector in released.items()}
+        fitted = _place_sets(ground, fit, sets, trial, pods, floor, fixed, domain.member)
+        if fitted is not None:
+            return fitted
+    return None
+
+
+def _place_sets(
+    ground: _Ground,
+    fit: FitClass,
+    sets: Sequence[tuple[FitClass, int]],
+    released: dict[int, list[int]],
+    pods: int,
+    floor: int,
+    fixed: int,
+    within: bytes | None,
+) -> _Fitted | None:
+    """`_fits`'s placement: every other pod set whole, then the main one at least at its
+    floor (taken from ``released``), on the nodes of ``within`` only if given."""
+    placements: list[tuple[FitClass, dict[int, int]]] = []
+    for set_fit, count in sets:
+        placement = _place(ground, set_fit, released, count, within)
+        if sum(placement.values()) < count:
+            return None
+        placements.append((set_fit, placement))
+    placement = _place(ground, fit, released, pods, within)
+    placed = sum(placement.values())
+    if placed < floor:
+        return None
+    placements.append((fit, placement))
+    return fixed + placed, placements
+
+
+def _room_in(fit: FitClass, left: Sequence[float], pods: int) -> int:
+    """Pods of ``fit`` (at most ``pods``) that ``left`` quota holds."""
+    most = pods
+    for i in fit.nonzero:
+        if left[i] < fit.request[i] * most:
+            most = int(left[i] // fit.request[i]) if left[i] >= 0 else -1
+    return most
+
+
+def _place(
+    ground: _Ground,
+    fit: FitClass,
+    released: dict[int, list[int]],
+    pods: int,
+    within: bytes | None = None,
+) -> dict[int, int]:
+    """Up to ``pods`` pods of ``fit`` on the victims' nodes first (what the preemption frees),
+    then on nodes free anyway; takes them from ``released`` (the victims' nodes' capacity with
+    the victims gone, and nodes this preemptor placed on)."""
     member = fit.pool.member
+    if within is not None:
+        member = bytes(a & b for a, b in zip(member, within, strict=True))
+    current = ground.state.overlay.current
+    start = ground.state.cluster.free
+    free = ground.free
     placement: dict[int, int] = {}
     placed = 0
-    # The victims' nodes first (what the preemption frees), then nodes free anyway.
     order = [n for n in released if member[n]]
     order += [n for n in range(len(member)) if member[n] and n not in released]
-    current = cycle.cluster.current
-    start = cycle.cluster.free
     for n in order:
-        now: Sequence[int] = released.get(n) or free.get(n) or current[n] or start[n]
+        now = released.get(n) or free.get(n) or current[n] or start[n]
         room = fit.pods_on(now)
         if room > 0:
             take = min(room, pods - placed)
             placement[n] = take
             placed += take
+            vector = released.get(n)
+            if vector is None:
+                vector = released[n] = list(now)
+            for i in fit.nonzero:
+                vector[i] -= fit.request[i] * take
             if placed >= pods:
                 break
-    return (placed, placement) if placed >= floor else None
+    return placement

@@ -14,7 +14,14 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from policies import fields
-from policies.model import Backoff, NeverFitsAction, PolicyError, Queue, SizeRatio
+from policies.model import (
+    Backoff,
+    NeverFitsAction,
+    Ordering,
+    PolicyError,
+    Queue,
+    SizeRatio,
+)
 from policies.preemption import parse_preemption
 
 QUEUE_SPEC_FIELDS: Final = (
@@ -30,6 +37,8 @@ QUEUE_SPEC_FIELDS: Final = (
     "nodeFit",
     "preemption",
     "neverFits",
+    "fairSharing",
+    "ordering",
     "limits",
     "namespaceSelector",
 )
@@ -76,7 +85,37 @@ def parse_queue(
         node_fit=fields.boolean(spec.get("nodeFit", True), f"{where}.nodeFit"),
         preemption=parse_preemption(spec.get("preemption"), f"{where}.preemption"),
         never_fits=parse_never_fits(spec.get("neverFits", "Warn"), f"{where}.neverFits"),
+        usage_half_life=parse_fair_sharing(spec.get("fairSharing"), f"{where}.fairSharing"),
+        ordering=parse_ordering(spec.get("ordering"), f"{where}.ordering"),
     )
+
+
+def parse_ordering(value: object, where: str) -> Ordering:
+    """``spec.ordering``: ``{by: Submission | SmallestFirst, agingBound: DURATION}``, the order
+    of the queue's waiting gangs (policies/ordering.py); absent = by submission."""
+    if value is None:
+        return Ordering()
+    data = fields.mapping(value, where, ("by", "agingBound"))
+    by = data.get("by", "Submission")
+    if by not in ("Submission", "SmallestFirst"):
+        raise PolicyError(f"{where}.by: {by!r} is not Submission or SmallestFirst")
+    bound = data.get("agingBound")
+    if bound is not None:
+        bound = fields.duration(bound, f"{where}.agingBound")
+    return Ordering(
+        by="SmallestFirst" if by == "SmallestFirst" else "Submission", aging_bound=bound
+    )
+
+
+def parse_fair_sharing(value: object, where: str) -> float | None:
+    """``spec.fairSharing``: ``{halfLife: DURATION}``, the half-life of the recent usage the
+    queue's share counts (policies/fairtime.py); None when not given."""
+    if value is None:
+        return None
+    half_life = fields.mapping(value, where, ("halfLife",)).get("halfLife")
+    if half_life is None:
+        return None
+    return fields.duration(half_life, f"{where}.halfLife")
 
 
 def parse_never_fits(value: object, where: str) -> NeverFitsAction:

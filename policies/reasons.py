@@ -30,6 +30,8 @@ __all__ = [
     "size_ratio_rejected",
     "size_ratio_serialized",
     "strict_fifo_blocked",
+    "topology_no_domain",
+    "topology_unknown_level",
 ]
 
 _RESTRICTED = " matching its node selector and tolerations"
@@ -220,4 +222,41 @@ def namespace_not_allowed(queue: str, namespace: str, selector: str) -> Reason:
         "NamespaceNotAllowed",
         f'queue "{queue}" takes gangs only from namespaces matching {selector}; namespace '
         f'"{namespace}" does not match: label the namespace or use another queue',
+    )
+
+
+def in_pod_set(pod_set: str, reason: Reason) -> Reason:
+    """``reason`` about one pod set of a gang of several (its name first)."""
+    return Reason(reason.code, f"pod set {pod_set}: {reason.message}")
+
+
+def never_fits_together(sets: Iterable[tuple[str, int, Resources]]) -> Reason:
+    """A gang of several pod sets whose sets each fit the empty cluster, but not together."""
+    listed = ", ".join(
+        f"{name or 'main'} ({pods} × {requests.describe()})" for name, pods, requests in sets
+    )
+    return Reason(
+        "NeverFits",
+        f"never fits: its pod sets {listed} do not fit the nodes together, even with nothing "
+        "else running; make a set smaller or let it use more nodes",
+    )
+
+
+def topology_no_domain(level: str, pods: int, pod_requests: Resources, largest: int) -> Reason:
+    """A gang that must run within one domain of ``level``: no domain has room for ``pods``
+    pods; the roomiest holds ``largest``."""
+    return Reason(
+        "NoFit",
+        f"topology {level} required: needs one {level} with room for {pods} pods of "
+        f"{pod_requests.describe()}; the largest free has {largest}",
+    )
+
+
+def topology_unknown_level(level: str, levels: Iterable[str]) -> Reason:
+    """A gang requiring a topology level the cluster's topology does not list."""
+    known = ", ".join(levels) or "none configured"
+    return Reason(
+        "NoFit",
+        f'topology level "{level}" required, but the cluster\'s topology levels are: {known}; '
+        "set muster.dev/topology-required to one of them",
     )

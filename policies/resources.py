@@ -75,14 +75,29 @@ def parse_quantity(value: str | int | float, *, field: str, resource: str = "") 
         raise QuantityError(f'{field}: "{value}" is negative; {_HINT}')
     if _milli(resource):
         amount *= 1000
+    if amount > MAX_AMOUNT:
+        raise QuantityError(
+            f'{field}: "{_cut(value)}" is out of range: Kubernetes holds at most {MAX_AMOUNT} '
+            f"{'millicores' if _milli(resource) else 'units'}; {_HINT}"
+        )
     return math.ceil(amount)
+
+
+MAX_AMOUNT: Final = 2**63 - 1
+"""The largest amount muster reads, in its internal unit (millicores for cpu): what a Kubernetes
+quantity holds (an int64)."""
+
+
+def _cut(value: object, limit: int = 40) -> str:
+    text = str(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def _parse_text(text: str, field: str) -> Fraction:
     match = _QUANTITY.fullmatch(text)
     if match is None:
         raise QuantityError(
-            f'{field}: "{text}" is not a Kubernetes quantity; use a number with an optional '
+            f'{field}: "{_cut(text)}" is not a Kubernetes quantity; use a number with an optional '
             "suffix such as 500m, 1.5, 2Gi, 1e3 or 1k"
         )
     try:
@@ -254,6 +269,18 @@ class Resources(Mapping[str, int]):
     def fits_in(self, other: Mapping[str, int]) -> bool:
         """True if every amount is at most the same resource in ``other`` (missing = 0)."""
         return all(amount <= other.get(name, 0) for name, amount in self._amounts.items())
+
+    def pods_that_fit(self, free: Mapping[str, int], one_per_node: bool = False) -> int | None:
+        """How many pods requesting this (per pod) fit in ``free`` capacity of one node: at most
+        1 for a gang kept to one pod per node; None when it requests nothing (no limit). The
+        planner asks the same of resource vectors on its hot path
+        (`policies.fit.FitClass.pods_on`)."""
+        room: int | None = 1 if one_per_node else None
+        for name, amount in self._amounts.items():
+            if amount > 0:
+                fits = max(0, free.get(name, 0) // amount)
+                room = fits if room is None else min(room, fits)
+        return room
 
     def is_zero(self) -> bool:
         return not self._amounts

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from policies.labels import holds
 from policies.model import PolicyError
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
@@ -24,14 +25,7 @@ class Requirement:
     values: frozenset[str] = frozenset()
 
     def holds(self, labels: Mapping[str, str]) -> bool:
-        if self.operator == "Exists":
-            return self.key in labels
-        if self.operator == "DoesNotExist":
-            return self.key not in labels
-        if self.operator == "In":
-            return labels.get(self.key) in self.values
-        # NotIn also holds when the label is absent, as in Kubernetes.
-        return labels.get(self.key) not in self.values
+        return holds(labels, self.key, self.operator, self.values)
 
     def describe(self) -> str:
         if self.operator == "Exists":

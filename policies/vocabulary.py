@@ -21,13 +21,19 @@ PRIORITY_MAX: Final = 1_000_000_000
 ELASTIC_AFTER: Final = "muster.dev/elastic-after"
 """Annotation or label: how long an elastic gang waits for its full size before it may be
 admitted smaller (a duration; default 0 = at once)."""
+TOPOLOGY_REQUIRED: Final = "muster.dev/topology-required"
+"""Annotation or label: a topology level (node label key, or its name part: rack) within one
+domain of which every pod of the gang must run; the gang waits for room in one."""
+TOPOLOGY_PREFERRED: Final = "muster.dev/topology-preferred"
+"""Annotation or label: a topology level within one domain of which the gang's pods should run
+if one has room; else in as few domains of it as free capacity allows."""
 SUBMITTED: Final = "muster.dev/submitted"
 """Annotation stamped by the webhook: the gang's place in the total submission order."""
 ADMITTED: Final = "muster.dev/admitted"
 """Annotation written at admission (the PATCH that unsuspends)."""
 PLACEMENT: Final = "muster.dev/placement"
 """Annotation written at admission: where the planner put the gang's pods (`node=pods,...`); the
-pod template is pinned to these nodes until the gang is evicted (see admission/pinning.py)."""
+pod template is pinned to these nodes until the gang is evicted (see policies/kinds/pinning.py)."""
 RESTORE: Final = "muster.dev/restore"
 """Annotation written at admission: the Job fields admission changed (parallelism, completions,
 the pod template's affinity) as they were, JSON; put back and removed at eviction."""
@@ -50,8 +56,30 @@ FAILED_REASON: Final = "muster.dev/failed-reason"
 reason code and message (e.g. `NeverFits: never fits: needs 40 cpu, ...`)."""
 GANG: Final = "muster.dev/gang"
 """Pod-template label: the gang's name, so its pods can be listed with a selector."""
+POD_SET: Final = "muster.dev/pod-set"
+"""Label the webhook puts on each pod template of a kind with several (a JobSet's replicated
+Jobs): the pod set its pods belong to, so the controller places each pod where its set was
+planned."""
+RESIZED_FROM: Final = "muster.dev/resized-from"
+"""Annotation muster writes on a MiniCluster with its `spec.size` when it admits the gang
+smaller (elastic): the size it was resized from, which its restore puts back (and removes this).
+The webhook lets `spec.size` change only by these two steps (`MiniClusterKind.admission_change`)."""
 GANG_KIND: Final = "muster.dev/gang-kind"
 """Annotation on a Job that is part of a larger gang (MiniCluster)."""
+POD_GROUP: Final = "muster.dev/pod-group"
+"""Pod label (set by users, or by the operator that makes the pods): the pod is one of the pod
+group of that name, a gang of plain pods (policies/kinds/podgroup.py). Only pods carrying it are
+sent to muster's webhook for pods."""
+POD_GROUP_SIZE: Final = "muster.dev/pod-group-size"
+"""Pod annotation or label: how many pods the pod group has in all; every pod of the group says
+the same. The group waits until that many of its pods exist."""
+POD_GROUP_TIMEOUT: Final = "muster.dev/pod-group-timeout"
+"""Pod annotation or label: how long a pod group may wait for all of its pods to exist (a
+duration; default 10m) before muster marks it Failed."""
+GANG_RECORD: Final = "muster.dev/gang-record"
+"""Label on a GangRecord (muster.dev/v1alpha1): the kind of the gang it records (PodGroup). A
+gang whose gang object is a set of pods keeps what muster decided (admission, placement,
+evictions, failure) on its record, which outlives the pods an eviction deletes."""
 GANG_RUNTIME: Final = "muster.dev/gang-runtime"
 """Pod annotation read by the kwok gang runner: how long the gang works once all of its minimum
 members run (until then its pods hold their nodes and wait, as MPI ranks do)."""
@@ -71,9 +99,14 @@ CONTROLLER_WRITTEN: Final = (
     PREEMPTED_BY,
     STATE,
     FAILED_REASON,
+    RESIZED_FROM,
 )
 """Annotations only muster's controller writes (admission, eviction, preemption, failure). A new
 Job that carries one (a copy of another Job's stored manifest) is refused at create: the
 controller would take it for admitted, evicted or failed."""
 MAX_INDEXED_PODS: Final = 100_000
 """Kubernetes' bound on an Indexed Job's parallelism (and so on a MiniCluster's size)."""
+
+MAX_INT32: Final = 2**31 - 1
+"""The largest count Kubernetes stores in a workload's int32 fields (parallelism, completions,
+replicas, a MiniCluster's size)."""

@@ -1,11 +1,12 @@
-"""The in-process engine's admission model (``muster``): each queue's pending gangs in queue
-order and the one `policies.Planner` fed from them.
+"""The in-process engine's pending gangs (``muster`` admission): each queue's pending gangs in
+queue order and the lookahead windows the one `policies.Planner` sees (its feed,
+`simulator.planfeed.PlanFeed`, owns the planner and hands it in).
 
-The planner holds the admitted gangs and each queue's lookahead window: the first
-``lookahead`` pending gangs in queue order, which is what a snapshot of the instant would list,
-so it decides exactly as `policies.plan` on that snapshot. Pending lists use lazy deletion:
-``stale`` counts the entries of gangs no longer pending. What a decision does to a gang
-(admission, preemption, rejection, eviction) is the engine's lifecycle, not this module's.
+A queue's window is its first ``lookahead`` pending gangs in queue order, which is what a
+snapshot of the instant would list, so the planner decides exactly as `policies.plan` on that
+snapshot. Pending lists use lazy deletion: ``stale`` counts the entries of gangs no longer
+pending. What a decision does to a gang (admission, preemption, rejection, eviction) is the
+lifecycle's (`simulator.lifecycle`), not this module's.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import bisect
 import time as wallclock
 from collections.abc import Sequence
 
-from policies import Decisions, Gang, Node, Planner, QueueTree, Snapshot, plan
+from policies import Admission, Decisions, Gang, Node, Planner, QueueTree, Snapshot, plan
 from simulator.records import PENDING, GangRecord
 
 Entry = tuple[tuple[int, float, int, str], int]
@@ -26,6 +27,7 @@ class PendingQueues:
 
     def __init__(
         self,
+        planner: Planner,
         nodes: Sequence[Node],
         tree: QueueTree,
         queues: Sequence[str],
@@ -42,7 +44,7 @@ class PendingQueues:
         nq = len(self.queue_names)
         self.pending_lists: list[list[Entry]] = [[] for _ in range(nq)]
         self.stale = [0] * nq
-        self.planner = Planner(nodes, tree, policy)
+        self.planner = planner
         # Window members (gang indices), the entry of the last one taken (every pending entry
         # up to it is a member), and whether an entry was inserted before it since the last
         # cycle (then the window is taken again from the start of the list).
@@ -185,11 +187,30 @@ class PendingQueues:
                 raise AssertionError(f"queue {self.queue_names[q]}: window out of sync at {now}")
             pending.extend(self.gangs[i].gang for i in taken)
         admitted = list(self.planner.admitted.values())
-        expected = plan(Snapshot(self.nodes, self.tree, admitted, pending, now), self.policy)
+        snapshot = Snapshot(
+            self.nodes,
+            self.tree,
+            admitted,
+            pending,
+            now,
+            self.planner.topology,
+            self.planner.packing,
+        )
+        expected = plan(snapshot, self.policy)
         if (
-            [(a.gang_id, a.size, dict(a.placement)) for a in decisions.admitted]
-            != [(a.gang_id, a.size, dict(a.placement)) for a in expected.admitted]
+            [_admission_key(a) for a in decisions.admitted]
+            != [_admission_key(a) for a in expected.admitted]
             or dict(decisions.pending.items()) != dict(expected.pending.items())
             or decisions.rejected != expected.rejected
         ):
             raise AssertionError(f"planner decisions differ from policies.plan at {now}")
+
+
+def _admission_key(admission: Admission) -> tuple[object, ...]:
+    """What an admission decides: the gang, its size and where each of its pod sets goes."""
+    return (
+        admission.gang_id,
+        admission.size,
+        dict(admission.placement),
+        [dict(where) for where in admission.other_placements],
+    )

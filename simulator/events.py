@@ -17,29 +17,33 @@ REQUEUE = 4
 REPLAN = 5  # only wakes the loop (an admission cycle or an elastic timer is due)
 RESERVATION_END = 6  # placement "scheduler": the controller's cache drops a young gang's plan
 
-Event = tuple[float, int, int, int, int, int]
-"""(time, kind, sequence, gang index, the gang's attempt, pods)."""
+Event = tuple[float, int, int, int, int, int, int]
+"""(time, kind, sequence, gang index, the gang's attempt, pods, their pod set: its index in
+`GangRecord.sets`, 0 for a gang of one)."""
 
 
 class EventQueue:
-    """Future events of one run."""
+    """Future events of one run, and the instant the run is at (``now``, set by its loop)."""
 
-    __slots__ = ("heap", "seq")
+    __slots__ = ("heap", "now", "seq")
 
     def __init__(self) -> None:
         self.heap: list[Event] = []
         self.seq = 0
+        self.now = 0.0
 
-    def push(self, at: float, kind: int, gang: int, attempt: int, pods: int = 0) -> None:
+    def push(
+        self, at: float, kind: int, gang: int, attempt: int, pods: int = 0, pod_set: int = 0
+    ) -> None:
         """An event for attempt ``attempt`` of gang ``gang`` (skipped if the gang was evicted
         or finished in between: its attempt moved on)."""
         self.seq += 1
-        heapq.heappush(self.heap, (at, kind, self.seq, gang, attempt, pods))
+        heapq.heappush(self.heap, (at, kind, self.seq, gang, attempt, pods, pod_set))
 
     def wake(self, at: float) -> None:
         """Wake the loop at ``at`` with nothing to handle."""
         self.seq += 1
-        heapq.heappush(self.heap, (at, REPLAN, self.seq, 0, 0, 0))
+        heapq.heappush(self.heap, (at, REPLAN, self.seq, 0, 0, 0, 0))
 
     def pop(self) -> Event:
         return heapq.heappop(self.heap)

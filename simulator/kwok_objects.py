@@ -1,4 +1,6 @@
-"""The Kubernetes objects a trace becomes on kwok: Nodes, Queues, Namespaces, Jobs, MiniClusters.
+"""The Kubernetes objects a trace becomes on kwok: Nodes, Queues, Namespaces, and each gang as
+an object of its kind (a Job, a MiniCluster, a JobSet, a pod group's pods), which the kind
+writes itself (`Kind.compose`, from the `policies.kinds.drafts.Draft` made here).
 
 Pure functions from the trace model to API bodies (plain dicts); nothing here talks to the API.
 The kwok engine (`simulator.kwok_engine`) creates them. Times are compressed by the time scale:
@@ -10,8 +12,9 @@ What the objects carry so the cluster behaves as the trace says:
 - gang pods are labelled `muster.dev/gang` (the webhook would add it too; without admission
   nobody would) and annotated `muster.dev/gang-runtime`, so the gang runner
   (`simulator.controlplane.gangrun`) starts the gang's runtime only once its minimum members run;
-- the gang minimum is on the Job (`muster.dev/min-members`) or in the MiniCluster's `jobLabels`,
-  where the gang runner reads it with or without the webhook;
+- the gang minimum is where its kind's readers look (`muster.dev/min-members` on a Job, in a
+  MiniCluster's `jobLabels`, on each pod of a kind that names its pod sets), where the gang
+  runner reads it with or without the webhook;
 - `onePodPerNode` is a Job's required pod anti-affinity on the gang label per hostname, which is
   how muster's gang adapter (`admission.gangs`) recognises it; a MiniCluster has no affinity
   field (the real CRD prunes one): the operator gives every MiniCluster's pods its own
@@ -29,12 +32,25 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-from admission import kubeapi
-from policies import Gang, Preemption, Resources, Toleration
-from policies.vocabulary import ELASTIC_AFTER, GANG, GANG_RUNTIME, MIN_MEMBERS, PRIORITY, QUEUE
-from simulator.controlplane.cluster import FAKE_NODE_TAINT, kwok_node
+from kubeport import kubeapi
+from policies import Gang, PodSet, Preemption, Resources, Toleration
+from policies.kinds import KindName
+from policies.kinds.drafts import Draft, DraftSet
+from policies.kinds.registry import kind_named
+from policies.model import Ordering
+from policies.vocabulary import (
+    ELASTIC_AFTER,
+    GANG,
+    GANG_RUNTIME,
+    POD_SET,
+    PRIORITY,
+    QUEUE,
+    TOPOLOGY_PREFERRED,
+    TOPOLOGY_REQUIRED,
+)
+from simulator.controlplane.nodes import FAKE_NODE_TAINT, kwok_node
 from simulator.records import Admission
 from simulator.trace import QueueSpec, SubmittedGang, Trace
 
@@ -48,7 +64,6 @@ DEFAULT_PODS: Final = "110"
 """Pods a node takes when the trace does not say (the kubelet's default)."""
 
 QUEUES_PATH: Final = kubeapi.QUEUES.path()
-MINICLUSTER_API: Final = kubeapi.MINICLUSTERS.api_version
 
 
 def quantity(resource: str, amount: int) -> str:
@@ -104,7 +119,7 @@ def node_bodies(trace: Trace, run: str, *, prefix: str = "") -> list[NodePlan]:
     groups = [
         group.name or f"node-g{index}"
         for index, group in enumerate(trace.node_groups)
-        for _ in range(group.count)
+        for _ in range(group.total)  # count nodes in each of its domains
     ]
     for node, group in zip(nodes, groups, strict=True):
         name = f"{prefix}{node.name}"
@@ -168,6 +183,14 @@ def queue_body(
         body["neverFits"] = spec.never_fits
     if spec.preemption != Preemption():
         body["preemption"] = preemption_body(spec.preemption, scale)
+    if spec.usage_half_life is not None:
+        half_life = spec.usage_half_life
+        body["fairSharing"] = {"halfLife": wall_duration(half_life, scale) if half_life else "0s"}
+    if spec.ordering != Ordering():
+        ordering: dict[str, str] = {"by": spec.ordering.by}
+        if spec.ordering.aging_bound is not None:
+            ordering["agingBound"] = wall_duration(spec.ordering.aging_bound, scale)
+        body["ordering"] = ordering
     return {
         "apiVersion": "muster.dev/v1alpha1",
         "kind": "Queue",
@@ -231,7 +254,9 @@ class GangObject:
     body: dict[str, Any]
     namespace: str
     job_name: str
-    kind: Literal["Job", "MiniCluster"]
+    kind: KindName
+    more: tuple[dict[str, Any], ...] = ()
+    """Further objects created at `path` after `body` (a pod group's other pods)."""
 
 
 def gang_object(
@@ -245,7 +270,7 @@ def gang_object(
     priority_shift: int = 0,
     labels: Mapping[str, str] | None = None,
 ) -> GangObject:
-    """The Job or MiniCluster for one gang of the trace.
+    """The Job, MiniCluster, JobSet or pod group's pods for one gang of the trace.
 
     `namespace` is the cluster namespace the trace's namespace maps to; the object's name is
     the gang's name in the trace. With admission `muster` it carries the `muster.dev/queue`
@@ -254,7 +279,7 @@ def gang_object(
     is created suspended and carries `labels` (e.g. Kueue's queue-name label), for a controller
     muster does not run to admit. Its priority
     (plus `priority_shift`, which keeps negative trace priorities in muster's 0..1e9) and its
-    elastic wait (compressed by `scale`) go in muster's annotations.
+    elastic wait (compressed by `scale`) and its topology request go in muster's annotations.
     """
     gang = arrival.gang
     parts = _PodParts.of(
@@ -270,12 +295,51 @@ def gang_object(
         gang_fields[PRIORITY] = str(gang.priority + priority_shift)
     if gang.elastic_after:
         gang_fields[ELASTIC_AFTER] = wall_duration(gang.elastic_after, scale)
+    if gang.topology is not None:
+        request = TOPOLOGY_REQUIRED if gang.topology.required else TOPOLOGY_PREFERRED
+        gang_fields[request] = gang.topology.level
     deadline = (
         wall_deadline_seconds(gang.runtime_limit, scale) if gang.runtime_limit is not None else None
     )
-    if gang.kind == "MiniCluster":
-        return _minicluster_object(gang, parts, namespace, gang_fields, deadline)
-    return _job_object(gang, parts, namespace, gang_fields, deadline)
+    kind = kind_named(gang.kind)
+    draft = Draft(
+        name=parts.name,
+        namespace=namespace,
+        labels=parts.labels,
+        annotations=gang_fields,
+        sets=_draft_sets(gang, parts, kind.labels_pod_sets),
+        size=gang.size,
+        minimum=gang.min,
+        min_size=gang.min_size,
+        spread=gang.one_pod_per_node,
+        suspend=parts.suspend,
+        deadline=deadline,
+        retries=100,
+        handed=parts.handed_labels,
+        child_labels={SIM_RUN: parts.run},
+    )
+    bodies = kind.compose(draft)
+    api = kind.api
+    return GangObject(
+        path=kubeapi.Resource(api.group, api.version, api.plural).path(namespace),
+        body=bodies[0],
+        namespace=namespace,
+        job_name=parts.name,
+        kind=kind.name,
+        more=tuple(bodies[1:]),
+    )
+
+
+def _draft_sets(gang: Gang, parts: _PodParts, named: bool) -> tuple[DraftSet, ...]:
+    """The gang's pod sets as its kind writes them: each set with its own requests, selector
+    and tolerations for a kind that names its sets; else the gang's one set."""
+    meta = {"labels": parts.pod_labels, "annotations": {GANG_RUNTIME: parts.runtime}}
+    if named:
+        return tuple(
+            DraftSet(pod_set.name, pod_set.count, meta, _set_pod_spec(gang, pod_set, parts))
+            for pod_set in gang.pod_sets
+        )
+    return (DraftSet("", gang.size, meta, _gang_pod_spec(gang, parts)),)
 
 
 @dataclass(frozen=True)
@@ -334,58 +398,9 @@ class _PodParts:
         )
 
 
-def _minicluster_object(
-    gang: Gang,
-    parts: _PodParts,
-    namespace: str,
-    gang_fields: dict[str, str],
-    deadline: int | None,
-) -> GangObject:
-    spec: dict[str, Any] = {
-        "size": gang.size,
-        "jobLabels": {**parts.handed_labels, SIM_RUN: parts.run, MIN_MEMBERS: parts.minimum},
-        "containers": [{"name": "main", "image": "muster-sim", "resources": parts.resources}],
-        "pod": {
-            "labels": parts.pod_labels,
-            "annotations": {GANG_RUNTIME: parts.runtime},
-            "tolerations": parts.tolerations,
-            **({"nodeSelector": parts.selector} if parts.selector else {}),
-        },
-    }
-    if not gang.one_pod_per_node:
-        # The operator spreads a MiniCluster's pods one per node unless told not to.
-        spec["network"] = {"disableAffinity": True}
-    if gang.min_size is not None:
-        spec["minSize"] = gang.min_size
-    if deadline is not None:
-        spec["deadlineSeconds"] = deadline  # the operator's Job: activeDeadlineSeconds
-    body = {
-        "apiVersion": MINICLUSTER_API,
-        "kind": "MiniCluster",
-        "metadata": {
-            "name": parts.name,
-            "namespace": namespace,
-            "labels": parts.labels,
-            **({"annotations": gang_fields} if gang_fields else {}),
-        },
-        "spec": spec,
-    }
-    return GangObject(
-        path=kubeapi.MINICLUSTERS.path(namespace),
-        body=body,
-        namespace=namespace,
-        job_name=parts.name,
-        kind="MiniCluster",
-    )
-
-
-def _job_object(
-    gang: Gang,
-    parts: _PodParts,
-    namespace: str,
-    gang_fields: dict[str, str],
-    deadline: int | None,
-) -> GangObject:
+def _gang_pod_spec(gang: Gang, parts: _PodParts) -> dict[str, Any]:
+    """The pod spec of a gang of one pod set: its requests, tolerations and selector, and a
+    required anti-affinity to its own pods per node if it has one pod per node."""
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [{"name": "main", "image": "muster-sim", "resources": parts.resources}],
@@ -394,42 +409,38 @@ def _job_object(
     if parts.selector:
         pod_spec["nodeSelector"] = parts.selector
     if gang.one_pod_per_node:
-        pod_spec["affinity"] = {
-            "podAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"labelSelector": {"matchLabels": {GANG: parts.name}}, "topologyKey": HOSTNAME}
-                ]
-            }
-        }
-    body = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": parts.name,
-            "namespace": namespace,
-            "labels": parts.labels,
-            "annotations": {MIN_MEMBERS: parts.minimum, **gang_fields},
-        },
-        "spec": {
-            "parallelism": gang.size,
-            "completions": gang.size,
-            "completionMode": "Indexed",
-            "backoffLimit": 100,
-            **({"suspend": True} if parts.suspend else {}),
-            "template": {
-                "metadata": {
-                    "labels": parts.pod_labels,
-                    "annotations": {GANG_RUNTIME: parts.runtime},
-                },
-                "spec": pod_spec,
-            },
-            **({"activeDeadlineSeconds": deadline} if deadline is not None else {}),
-        },
+        pod_spec["affinity"] = _one_per_node({GANG: parts.name})
+    return pod_spec
+
+
+def _set_pod_spec(gang: Gang, pod_set: PodSet, parts: _PodParts) -> dict[str, Any]:
+    """The pod spec of one pod set of a kind that names its sets (a JobSet, a pod group): its
+    own requests, selector, tolerations, and a required anti-affinity to its own set's pods per
+    node if it has one pod per node."""
+    tolerations = [parts.tolerations[0], *(_toleration(t) for t in pod_set.tolerations)]
+    resources = container_resources(pod_set.requests)
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "muster-sim", "resources": resources}],
+        "tolerations": tolerations,
     }
-    return GangObject(
-        path=kubeapi.JOBS.path(namespace),
-        body=body,
-        namespace=namespace,
-        job_name=parts.name,
-        kind="Job",
-    )
+    selector = {
+        **dict(pod_set.node_selector),
+        **{k: v for k, v in parts.selector.items() if k == SIM_RUN},
+    }
+    if selector:
+        spec["nodeSelector"] = selector
+    if pod_set.one_pod_per_node:
+        spec["affinity"] = _one_per_node({GANG: parts.name, POD_SET: pod_set.name or "main"})
+    return spec
+
+
+def _one_per_node(own: Mapping[str, str]) -> dict[str, Any]:
+    """A required anti-affinity to the pods labelled ``own`` on the same node."""
+    return {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": dict(own)}, "topologyKey": HOSTNAME}
+            ]
+        }
+    }

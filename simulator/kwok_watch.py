@@ -5,7 +5,7 @@ pod on each look (megabytes a second on a 1000-pod burst, on the same two cores 
 plane needs); a watch costs one event per change. `WatchCache` keeps the current objects of one
 LIST+WATCH (`/api/v1/pods?labelSelector=...`) in memory and hands out snapshots to the engine's
 look loop and to the gang runner. The list-then-watch loop itself (resume from the last
-resourceVersion, relist after 410 Gone) is the controller's, `admission.streamwatch`.
+resourceVersion, relist after 410 Gone) is the controller's, `kubeport.streamwatch`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from http.client import HTTPException
 from typing import Any, cast
 
-from admission.kubeapi import ApiError, KubeClient
-from admission.streamwatch import StreamWatch, list_collection
+from kubeport.kubeapi import ApiError, KubeClient
+from kubeport.streamwatch import StreamWatch, list_collection
 
 WATCH_SECONDS = 120
 """Server-side watch timeout; the watch is then resumed from its last resourceVersion."""

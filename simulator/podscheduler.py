@@ -1,11 +1,12 @@
-"""The in-process engine's cluster: nodes' free capacity, the pod classes, and the pod-level
-scheduler that binds queued pods to nodes.
+"""The in-process engine's cluster (`ClusterModel`): nodes' free capacity, the pod classes
+(`PodClasses`), and the pod-level scheduler that binds queued pods to nodes.
 
-Every pod of one class asks the same amounts and may go on the same nodes. The scheduler binds
+Every pod of one class asks the same amounts and may go on the same nodes; the pods of a gang
+of several pod sets are of each set's class (`GangRecord.sets`). The scheduler binds
 pods in queue order to the first eligible node with room (placement "scheduler": to the
 feasible node kube-scheduler's default scoring ranks first, `node_score`). What a binding means
-for the gang (its state, its clog clock, its metrics) is the engine's: it is told through the
-``bound`` callback of `ClusterModel.schedule`.
+for the gang (its state, its clog clock, its metrics) is the lifecycle's (`simulator.lifecycle`):
+it is told through the ``bound`` callback of `ClusterModel.schedule`.
 """
 
 from __future__ import annotations
@@ -13,18 +14,109 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache
 
-from policies import Gang, Node
-from policies.model import placeable
-from simulator.records import ADMITTED, PENDING, GangRecord, PodClass
+from policies import Gang, Node, Resources, Toleration
+from policies.kinds.registry import kind_named, pod_gang
+from policies.model import NodeTerm, node_affinity_holds, tolerated
+from simulator.records import ADMITTED, PENDING, GangRecord, PodClass, PodSetRecord
 
 MAX_NODE_SCORE = 100  # kube-scheduler's framework.MaxNodeScore
 
-PodEntry = tuple[int, int, int]
-"""A pod in the scheduler queue: (order key, gang index, the gang's attempt)."""
+PodEntry = tuple[int, int, int, int]
+"""A pod in the scheduler queue: (order key, gang index, the gang's attempt, its pod set: the
+index in `GangRecord.sets`, 0 for a gang of one pod set)."""
 
-BoundFn = Callable[[GangRecord, int], None]
-"""bound(gang, node): one pod of the gang was just bound to the node."""
+BoundFn = Callable[[GangRecord, int, int], None]
+"""bound(gang, node, pod set): one pod of the gang's pod set was just bound to the node."""
+
+
+class PodClasses:
+    """The pod classes of one run: pods the scheduler treats alike (the same request over the
+    cluster model's resources, the same eligible nodes), each asked once: every gang's main pod
+    set and each set of a gang of several."""
+
+    def __init__(self, nodes: Sequence[Node], resources: Sequence[str], counts_pods: bool) -> None:
+        self.nodes = nodes
+        self.resources = resources
+        self.r_index = {name: i for i, name in enumerate(resources)}
+        self.counts_pods = counts_pods  # nodes declare `pods`: every pod takes one
+        self.classes: list[PodClass] = []
+        self._request_cache: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = {}
+        self._class_index: dict[tuple[object, ...], int] = {}
+        self._eligible_cache: dict[tuple[object, ...], list[int]] = {}
+        self._by_screen_key: dict[object, tuple[tuple[tuple[int, int], ...], int]] = {}
+
+    def classify(self, gang: Gang) -> tuple[tuple[tuple[int, int], ...], int]:
+        """One pod of ``gang``'s main pod set: its request ((resource index, amount), non-zero
+        only) and its pod class. Gangs with equal screen keys (same non-zero requests, node
+        selector, tolerations and node affinity, among others) are one class: asked once."""
+        known = self._by_screen_key.get(gang.screen_key)
+        if known is not None:
+            return known
+        found = self._class_of(
+            gang.pod_requests, gang.node_selector, gang.tolerations, gang.node_terms
+        )
+        self._by_screen_key[gang.screen_key] = found
+        return found
+
+    def pod_sets(self, gang: Gang) -> tuple[PodSetRecord, ...]:
+        """The record of each pod set of a gang of several, main first (`GangRecord.sets`);
+        none for a gang of one."""
+        if not gang.others:
+            return ()
+        return tuple(
+            PodSetRecord(
+                pod_set.count,
+                *self._class_of(
+                    pod_set.requests, pod_set.node_selector, pod_set.tolerations, pod_set.node_terms
+                ),
+                one_pod_per_node=pod_set.one_pod_per_node,
+            )
+            for pod_set in gang.pod_sets
+        )
+
+    def _class_of(
+        self,
+        requests: Resources,
+        selector: Mapping[str, str],
+        tolerations: tuple[Toleration, ...],
+        terms: tuple[NodeTerm, ...],
+    ) -> tuple[tuple[tuple[int, int], ...], int]:
+        r_index = self.r_index
+        vector = [requests[r] for r in self.resources]
+        if self.counts_pods:
+            vector[r_index["pods"]] = max(vector[r_index["pods"]], 1)
+        key = tuple(vector)
+        request = self._request_cache.setdefault(key, tuple((i, a) for i, a in enumerate(key) if a))
+        placement_key = (tuple(sorted(selector.items())), tolerations, terms)
+        class_key = (request, placement_key)
+        pod_class = self._class_index.get(class_key)
+        if pod_class is None:
+            nodes = self._eligible_cache.get(placement_key)
+            if nodes is None:
+                nodes = self._eligible_cache[placement_key] = self.eligible(
+                    selector, tolerations, terms
+                )
+            pod_class = self._class_index[class_key] = len(self.classes)
+            self.classes.append(PodClass(request=request, nodes=nodes))
+        return request, pod_class
+
+    def eligible(
+        self,
+        selector: Mapping[str, str],
+        tolerations: tuple[Toleration, ...],
+        terms: tuple[NodeTerm, ...] = (),
+    ) -> list[int]:
+        """Nodes a pod may go to (resources aside): its node selector, its required node
+        affinity and its tolerations (`policies.model.placeable`, for any pod set)."""
+        return [
+            i
+            for i, node in enumerate(self.nodes)
+            if all(node.labels.get(k) == v for k, v in selector.items())
+            and node_affinity_holds(node.labels, terms)
+            and tolerated(node.taints, tolerations)
+        ]
 
 
 class ClusterModel:
@@ -71,69 +163,55 @@ class ClusterModel:
                 shape = tuple(node.allocatable[names[r]] for r in self.scored)
                 self.shape.append(shape_of.setdefault(shape, len(shape_of)))
             self.shapes = list(shape_of)
-        self.pod_classes: list[PodClass] = []
-        self._request_cache: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = {}
-        self._class_index: dict[tuple[object, ...], int] = {}
-        self._eligible_cache: dict[tuple[object, ...], list[int]] = {}
-        self._by_screen_key: dict[object, tuple[tuple[tuple[int, int], ...], int]] = {}
+        self.classes = PodClasses(self.nodes, self.resources, self.counts_pods)
+        self.pod_classes: list[PodClass] = self.classes.classes
         self.freed_floor = 0  # lowest node index whose capacity grew since the last pass
         # Scheduler queue of unbound pods, one entry per pod.
         self.pod_queue: list[PodEntry] = []
-        # Gangs whose pods were created since the last scheduler pass: (creation second, gang
-        # index, pods); submitted (none) or admitted unpinned (placement "scheduler").
-        self.new_gangs: list[tuple[int, int, int]] = []
+        # Pod sets whose pods were created since the last scheduler pass: (creation second, gang
+        # index, pods, pod set); submitted (none) or admitted unpinned (placement "scheduler").
+        self.new_gangs: list[tuple[int, int, int, int]] = []
         self.pod_queue_dirty = False
         self.placement_misses = 0  # admitted pods not bound where the plan put them
 
     # ------------------------------------------------------------------ pod classes
 
     def classify(self, gang: Gang) -> tuple[tuple[tuple[int, int], ...], int]:
-        """One pod of ``gang``: its request ((resource index, amount), non-zero only) and its
-        pod class. Gangs with equal screen keys (same non-zero requests, node selector,
-        tolerations and node affinity, among others) are one class: asked once."""
-        known = self._by_screen_key.get(gang.screen_key)
-        if known is not None:
-            return known
-        r_index = self.r_index
-        vector = [gang.pod_requests[r] for r in self.resources]
-        if self.counts_pods:
-            vector[r_index["pods"]] = max(vector[r_index["pods"]], 1)
-        key = tuple(vector)
-        request = self._request_cache.setdefault(key, tuple((i, a) for i, a in enumerate(key) if a))
-        placement_key = (
-            tuple(sorted(gang.node_selector.items())),
-            gang.tolerations,
-            gang.node_terms,
-        )
-        class_key = (request, placement_key)
-        pod_class = self._class_index.get(class_key)
-        if pod_class is None:
-            nodes = self._eligible_cache.get(placement_key)
-            if nodes is None:
-                nodes = self._eligible_cache[placement_key] = self.eligible(gang)
-            pod_class = self._class_index[class_key] = len(self.pod_classes)
-            self.pod_classes.append(PodClass(request=request, nodes=nodes))
-        self._by_screen_key[gang.screen_key] = (request, pod_class)
-        return request, pod_class
+        """One pod of ``gang``'s main pod set: its request and pod class (`PodClasses`)."""
+        return self.classes.classify(gang)
 
-    def eligible(self, gang: Gang) -> list[int]:
-        return [i for i, node in enumerate(self.nodes) if placeable(node.labels, node.taints, gang)]
+    def pod_sets(self, gang: Gang) -> tuple[PodSetRecord, ...]:
+        """The record of each pod set of a gang of several (`PodClasses`)."""
+        return self.classes.pod_sets(gang)
 
     # ------------------------------------------------------------------ capacity
 
-    def bind(self, record: GangRecord, node: int, pods: int) -> None:
+    def bind(
+        self, record: GangRecord, node: int, pods: int, part: PodSetRecord | None = None
+    ) -> None:
+        """``pods`` pods of ``record`` (of its pod set ``part``, for a gang of several) on
+        ``node``."""
         vector = self.free[node]
-        for r, amount in record.request:
+        for r, amount in record.request if part is None else part.request:
             vector[r] -= amount * pods
         record.bound[node] = record.bound.get(node, 0) + pods
         record.bound_pods += pods
+        if part is not None:
+            part.bound[node] = part.bound.get(node, 0) + pods
+            part.bound_pods += pods
 
-    def bind_plan(self, record: GangRecord, placement: Mapping[str, int]) -> int:
+    def bind_plan(
+        self, record: GangRecord, placement: Mapping[str, int], part: PodSetRecord | None = None
+    ) -> int:
         """Bind an admitted gang's pods where the plan put them (node name -> pods), on each
         node where they still fit (its free capacity holds them; a one-pod-per-node gang: one
         pod, on a node it is not on yet); returns the pods bound. A node's binding is `bind`'s,
         written out here (this runs once per admitted gang of a million-gang run): a change to
-        `bind` must be made here too."""
+        `bind` must be made here too. For a gang of several pod sets, once per set (``part``)."""
+        if part is not None:
+            placed = self._bind_set_plan(record, placement, part)
+            record.bound_pods += placed
+            return placed
         node_index = self.node_index
         free = self.free
         request = record.request
@@ -156,15 +234,44 @@ class ClusterModel:
         record.bound_pods += placed
         return placed
 
+    def _bind_set_plan(
+        self, record: GangRecord, placement: Mapping[str, int], part: PodSetRecord
+    ) -> int:
+        """`bind_plan` for one pod set of a gang of several: into the set's and the gang's
+        counts of each node."""
+        placed = 0
+        for node_name, pods in placement.items():
+            node = self.node_index[node_name]
+            if part.one_pod_per_node and (pods > 1 or node in part.bound):
+                continue
+            vector = self.free[node]
+            if all(vector[r] >= amount * pods for r, amount in part.request):
+                for r, amount in part.request:
+                    vector[r] -= amount * pods
+                part.bound[node] = part.bound.get(node, 0) + pods
+                record.bound[node] = record.bound.get(node, 0) + pods
+                placed += pods
+        part.bound_pods += placed
+        return placed
+
     def release(self, record: GangRecord) -> None:
         """Every pod of ``record`` leaves its node and the scheduler queue."""
         self.drop_queued_pods(record)
-        for node, pods in record.bound.items():
+        for node in record.bound:
             if node < self.freed_floor:
                 self.freed_floor = node
-            vector = self.free[node]
-            for r, amount in record.request:
-                vector[r] += amount * pods
+        for request, bound in (
+            ((part.request, part.bound) for part in record.sets)
+            if record.sets
+            else ((record.request, record.bound),)
+        ):
+            for node, pods in bound.items():
+                vector = self.free[node]
+                for r, amount in request:
+                    vector[r] += amount * pods
+        for part in record.sets:
+            part.bound = {}
+            part.bound_pods = 0
         record.bound = {}
         record.bound_pods = 0
         if self.pod_queue:
@@ -175,26 +282,47 @@ class ClusterModel:
     def drop_queued_pods(self, record: GangRecord) -> None:
         # Its entries stay in the queue list and are skipped (stale attempt or state) there.
         if record.queued_pods:
-            self.pod_classes[record.pod_class].queued -= record.queued_pods
+            if record.sets:
+                for part in record.sets:
+                    self.pod_classes[part.pod_class].queued -= part.queued_pods
+                    part.queued_pods = 0
+            else:
+                self.pod_classes[record.pod_class].queued -= record.queued_pods
             record.queued_pods = 0
 
-    def queue_pods(self, record: GangRecord, pods: int) -> None:
-        """``pods`` pods of an admitted gang whose plan no longer fits wait for a node."""
-        self.pod_queue.extend([(0, record.index, record.attempt)] * pods)
-        record.queued_pods += pods
-        self.pod_classes[record.pod_class].queued += pods
+    def queue_pods(self, record: GangRecord, pods: int, set_index: int = 0) -> None:
+        """``pods`` pods of an admitted gang (of its pod set ``set_index``) whose plan no longer
+        fits wait for a node."""
+        self.pod_queue.extend([(0, record.index, record.attempt, set_index)] * pods)
+        self._count_queued(record, set_index, pods)
         self.pod_queue_dirty = True
+
+    def _count_queued(self, record: GangRecord, set_index: int, pods: int) -> None:
+        record.queued_pods += pods
+        if record.sets:
+            part = record.sets[set_index]
+            part.queued_pods += pods
+            self.pod_classes[part.pod_class].queued += pods
+        else:
+            self.pod_classes[record.pod_class].queued += pods
 
     def create_pods(self, second: int, record: GangRecord, pods: int) -> None:
         """The Job controller creates ``pods`` pods of ``record`` (submitted without gang
-        admission, or admitted unpinned) in creation second ``second``."""
-        self.new_gangs.append((second, record.index, pods))
+        admission, or admitted unpinned) in creation second ``second``; a gang of several pod
+        sets is one Job per set (a JobSet's), created together: ``pods`` is then the gang's
+        size, of which each set takes its own (`GangRecord.set_sizes`)."""
+        if record.sets:
+            for set_index, count in enumerate(record.set_sizes(pods)):
+                if count:
+                    self.new_gangs.append((second, record.index, count, set_index))
+        else:
+            self.new_gangs.append((second, record.index, pods, 0))
         self.pod_queue_dirty = True
 
-    def schedule(self, gangs: Sequence[GangRecord], bound: BoundFn) -> dict[int, int]:
+    def schedule(self, gangs: Sequence[GangRecord], bound: BoundFn) -> dict[tuple[int, int], int]:
         """One scheduler pass: bind queued pods, in queue order, to the first node that fits
         (placement "scheduler": to the node that fits and scores best); ``bound`` is told of
-        each binding at once. Returns the pods bound per gang index.
+        each binding at once. Returns the pods bound per (gang index, pod set).
 
         Work is bounded by two facts: within a pass free capacity only shrinks, so once a pod
         of a class fits no node, no later pod of that class will (the class is blocked); and
@@ -209,49 +337,53 @@ class ClusterModel:
         queue = self.pod_queue
         remaining: list[PodEntry] = []
         blocked_classes: set[int] = set()
-        blocked_gangs: set[int] = set()
-        bound_now: dict[int, int] = {}
+        blocked_sets: set[tuple[int, int]] = set()
+        bound_now: dict[tuple[int, int], int] = {}
         place = self.best_fit if self.unpinned else self.first_fit
         for position, entry in enumerate(queue):
             if not live:
                 remaining.extend(queue[position:])
                 break
-            _, index, attempt = entry
+            _, index, attempt, set_index = entry
             record = gangs[index]
             if attempt != record.attempt or record.state not in (PENDING, ADMITTED):
                 continue  # its gang runs already, finished, or was evicted: pod not needed
-            class_id = record.pod_class
-            if class_id in blocked_classes or index in blocked_gangs:
+            part = record.sets[set_index] if record.sets else None
+            pods: GangRecord | PodSetRecord = record if part is None else part
+            class_id = pods.pod_class
+            key = (index, set_index)
+            if class_id in blocked_classes or key in blocked_sets:
                 remaining.append(entry)
                 continue
             pod_class = classes[class_id]
-            node = place(record, pod_class)
+            one_per_node = record.gang.one_pod_per_node if part is None else part.one_pod_per_node
+            node = place(pod_class, pods.bound, one_per_node)
             if node is None:
                 remaining.append(entry)
                 if pod_class.cursor >= len(pod_class.nodes):
                     blocked_classes.add(class_id)  # no node has room for one such pod
                     live -= 1
                 else:
-                    blocked_gangs.add(index)  # only nodes this gang already uses have room
+                    blocked_sets.add(key)  # only nodes this pod set already uses have room
                 continue
-            self.bind(record, node, 1)
-            plan = record.plan
-            if plan is not None and record.bound[node] > plan.get(node, 0):
+            self.bind(record, node, 1, part)
+            plan = pods.plan
+            if plan is not None and pods.bound[node] > plan.get(node, 0):
                 self.placement_misses += 1  # placement "scheduler": it landed off plan
             record.queued_pods -= 1
+            if part is not None:
+                part.queued_pods -= 1
             pod_class.queued -= 1
             if not pod_class.queued:
                 live -= 1
-            bound_now[index] = bound_now.get(index, 0) + 1
-            bound(record, node)
+            bound_now[key] = bound_now.get(key, 0) + 1
+            bound(record, node, set_index)
         self.pod_queue = remaining
         return bound_now
 
     def _enqueue_new_gangs(self, gangs: Sequence[GangRecord]) -> None:
-        for _, index, pods in self.new_gangs:
-            record = gangs[index]
-            record.queued_pods += pods
-            self.pod_classes[record.pod_class].queued += pods
+        for _, index, pods, set_index in self.new_gangs:
+            self._count_queued(gangs[index], set_index, pods)
         self.pod_queue.extend(pod_creation_order(self.new_gangs, gangs))
         self.new_gangs = []
         self.pod_queue.sort(key=_creation_second)
@@ -269,14 +401,15 @@ class ClusterModel:
                 live += 1
         return live
 
-    def first_fit(self, record: GangRecord, pod_class: PodClass) -> int | None:
-        """The first eligible node with room for one pod of the gang; advances the class cursor
-        past leading nodes without room (not past nodes skipped for one-pod-per-node)."""
+    def first_fit(
+        self, pod_class: PodClass, bound: Mapping[int, int], one_per_node: bool
+    ) -> int | None:
+        """The first eligible node with room for one pod of a pod set (``bound``: where its
+        pods are; ``one_per_node``: at most one there); advances the class cursor past leading
+        nodes without room (not past nodes skipped for one-pod-per-node)."""
         free = self.free
         request = pod_class.request
         nodes = pod_class.nodes
-        one_per_node = record.gang.one_pod_per_node
-        bound = record.bound
         position = pod_class.cursor
         leading = True
         while position < len(nodes):
@@ -296,15 +429,15 @@ class ClusterModel:
                 pod_class.cursor = position
         return None
 
-    def best_fit(self, record: GangRecord, pod_class: PodClass) -> int | None:
-        """The eligible node with room for one pod of the gang that kube-scheduler's default
+    def best_fit(
+        self, pod_class: PodClass, bound: Mapping[int, int], one_per_node: bool
+    ) -> int | None:
+        """The eligible node with room for one pod of a pod set that kube-scheduler's default
         profile scores highest (`node_score`); ties go to the first node (kube-scheduler picks
         one of them at random). Advances the class cursor as `first_fit` does."""
         free = self.free
         request = pod_class.request
         nodes = pod_class.nodes
-        one_per_node = record.gang.one_pod_per_node
-        bound = record.bound
         scored = self.scored
         wanted = dict(request)
         asks = tuple(wanted.get(r, 0) for r in scored)
@@ -338,37 +471,49 @@ class ClusterModel:
         return best
 
 
+@lru_cache(maxsize=16)
+def _made_at_once(kind: str) -> bool:
+    """A gang of ``kind`` is a set of pods its own operator makes all at once (a pod group), not
+    a Job whose controller makes its pods in slow-start batches."""
+    return pod_gang(kind_named(kind)) is not None
+
+
 def pod_creation_order(
-    created: Sequence[tuple[int, int, int]], gangs: Sequence[GangRecord]
+    created: Sequence[tuple[int, int, int, int]], gangs: Sequence[GangRecord]
 ) -> list[PodEntry]:
     """Scheduler queue entries for new gangs' pods, in the order they would be created;
-    ``created`` = (creation second, gang index, pods) in the order the gangs were created
-    (submitted, or unsuspended when admitted).
+    ``created`` = (creation second, gang index, pods, pod set) in the order the gangs were
+    created (submitted, or unsuspended when admitted).
 
     The Job controller creates a Job's pods in slow-start batches (1, 2, 4, ...) and syncs
     Jobs in parallel, so pods of gangs created in the same second interleave: round-robin,
-    one batch per gang per round, gangs in arrival order (same-instant ties already seeded).
+    one batch per Job per round, gangs in arrival order (same-instant ties already seeded);
+    each pod set of a gang of several is a Job of its own (a JobSet's replicated Jobs). A pod
+    group's pods are made by its own operator, not the Job controller: all in its first round.
     """
     entries: list[PodEntry] = []
-    by_second: dict[int, list[int]] = {}
-    left_of: dict[int, int] = {}
-    for second, index, pods in created:
-        by_second.setdefault(second, []).append(index)
-        left_of[index] = pods
+    by_second: dict[int, list[tuple[int, int]]] = {}
+    left_of: dict[tuple[int, int], int] = {}
+    at_once = {index: _made_at_once(gangs[index].gang.kind) for _, index, _, _ in created}
+    for second, index, pods, set_index in created:
+        job = (index, set_index)
+        by_second.setdefault(second, []).append(job)
+        left_of[job] = pods
     for second, group in by_second.items():
-        left = {index: left_of[index] for index in group}
+        left = {job: left_of[job] for job in group}
         batch = 1
         while left:
-            for index in group:
-                pods = left.get(index, 0)
+            for job in group:
+                pods = left.get(job, 0)
                 if not pods:
                     continue
-                take = min(batch, pods)
-                entries.extend([(second, index, gangs[index].attempt)] * take)
+                index, set_index = job
+                take = pods if at_once[index] else min(batch, pods)
+                entries.extend([(second, index, gangs[index].attempt, set_index)] * take)
                 if take == pods:
-                    del left[index]
+                    del left[job]
                 else:
-                    left[index] = pods - take
+                    left[job] = pods - take
             batch *= 2
     return entries
 

@@ -1,15 +1,15 @@
 """What one in-process engine run holds and yields: its configuration, the record of each gang
 across its life (its state in the gang state vocabulary), pod classes, samples, incidents and
 the run's result. Shared by the in-process engine's parts (`simulator.engine`,
-`simulator.podscheduler`, `simulator.admitmodel`, `simulator.sampling`), the kwok engine's
-timeline and the reports.
+`simulator.lifecycle`, `simulator.placement`, `simulator.podscheduler`, `simulator.planfeed`,
+`simulator.admitmodel`, `simulator.sampling`), the kwok engine's timeline and the reports.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from policies import Gang, Reason
 from policies.gangstate import (
@@ -24,6 +24,7 @@ from policies.gangstate import (
     WAITING,
     GangState,
 )
+from policies.packing import Packing
 
 Admission = Literal["muster", "none", "external"]
 """How gangs are admitted: `muster` (gang admission by muster), `none` (no gang admission: the
@@ -57,6 +58,7 @@ __all__ = [
     "IncidentKind",
     "Placement",
     "PodClass",
+    "PodSetRecord",
     "ProgressFn",
     "Sample",
 ]
@@ -87,6 +89,12 @@ class EngineConfig:
     of gangs admitted in the same cycle interleave, and the planner sees where the pods are,
     not the plan. Under ``none`` admission there is nothing to pin: ``scheduler`` only makes
     its pod-level scheduler score nodes instead of taking the first fit."""
+    topology_blind: bool = False
+    """Plan without the trace's topology levels (the nodes keep their labels, and gangs spread
+    over domains still run slower): what topology-aware placement is measured against."""
+    packing: Packing | None = None
+    """The planner's packing strategy (`muster sim --packing`); None: the trace's
+    (`cluster.packing`), else the default."""
 
 
 @dataclass(slots=True)
@@ -121,10 +129,62 @@ class GangRecord:
     queued_pods: int = 0  # live entries of this gang in the scheduler queue
     reason: str = ""  # why it failed or is stuck
     waiting_for: Reason | None = None  # the planner's last reason for not admitting it
+    sets: tuple[PodSetRecord, ...] = ()
+    domains: int = 0  # domains of the measured topology level its pods spanned at its start
+    """A gang of several pod sets: each set's record, the main one first (`Gang.pod_sets`).
+    ``request`` and ``pod_class`` above are then its main set's; ``bound`` and the pod counts
+    are the totals over its sets, and ``plan`` is kept per set. Empty for a gang of one pod
+    set: its record is its one set's."""
 
     @property
     def submitted(self) -> float:
         return self.gang.submitted.time
+
+    def set_sizes(self, size: int) -> tuple[int, ...]:
+        """Pods of each pod set (main first) of the gang admitted at ``size`` pods in all: the
+        main set the rest, every other set whole (`policies.Gang`)."""
+        gang = self.gang
+        return (size - gang.fixed, *(other.count for other in gang.others))
+
+    @property
+    def ready_pods(self) -> int:
+        """Running pods that count toward the gang's minimum. For a gang of several pod sets:
+        those of its main set up to its own minimum (``min`` less the other sets' pods) and those
+        of the other sets, so the minimum is reached only with every other set running whole
+        (an MPI job's workers do nothing without their launcher)."""
+        if not self.sets:
+            return self.running_pods
+        return self._toward_min([part.running_pods for part in self.sets])
+
+    @property
+    def bound_toward_min(self) -> int:
+        """Bound pods that count toward the minimum, as `ready_pods` counts running ones."""
+        if not self.sets:
+            return self.bound_pods
+        return self._toward_min([part.bound_pods for part in self.sets])
+
+    def _toward_min(self, pods: list[int]) -> int:
+        gang = self.gang
+        others = zip(pods[1:], self.sets[1:], strict=True)
+        return min(pods[0], gang.min - gang.fixed) + sum(min(n, part.count) for n, part in others)
+
+
+@dataclass(slots=True)
+class PodSetRecord:
+    """One pod set of a gang of several (`GangRecord.sets`): its pods' request and class, and
+    where its pods are, as a gang of one pod set keeps them in its own record."""
+
+    count: int
+    """Its pods at the gang's full size (the main set: the gang's size less the others')."""
+    request: tuple[tuple[int, int], ...]  # (resource index, amount) of one pod, non-zero only
+    pod_class: int
+    one_pod_per_node: bool
+    bound: dict[int, int] = field(default_factory=dict)  # node index -> pods bound
+    plan: dict[int, int] | None = None  # placement "scheduler": node index -> pods planned
+    bound_pods: int = 0
+    running_pods: int = 0
+    waiting_pods: int = 0
+    queued_pods: int = 0
 
 
 @dataclass(slots=True)
@@ -193,6 +253,8 @@ class EngineResult:
     """The in-process engine's placement model; None: not modelled (the kwok engine)."""
     controller: str | None = None
     """Admission `external`: the outside controller's name for reports (`--external-name`)."""
+    topology: dict[str, Any] | None = None
+    """A trace with topology levels: its figures (`simulator.domainmodel.DomainModel.figures`)."""
 
 
 ProgressFn = Callable[[float, int, int], None]

@@ -10,13 +10,13 @@ from __future__ import annotations
 import csv
 import html
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from policies.gangstate import CSV_NAMES
-from policies.history import HistoryRow, write_csv
+from policies.history import COLUMNS, HistoryRow, cells, write_csv
+from policies.percentiles import percentile
 from simulator.records import (
     FAILED,
     FINISHED,
@@ -25,7 +25,7 @@ from simulator.records import (
     GangRecord,
     Sample,
 )
-from simulator.trace import Trace
+from simulator.trace import POD_SETS_COLUMN, Trace, pod_sets_cell
 
 ENGINE_LABELS = {
     "none": "none (pod-level scheduler)",
@@ -39,18 +39,6 @@ def engine_label(result: EngineResult) -> str:
     if result.controller:
         return f"{result.controller} (outside controller)"
     return ENGINE_LABELS.get(result.admission, result.admission)
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100) with linear interpolation between order statistics."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100.0
-    low = math.floor(position)
-    high = math.ceil(position)
-    fraction = position - low
-    return ordered[low] + (ordered[high] - ordered[low]) * fraction
 
 
 def _wait(record: GangRecord) -> float | None:
@@ -78,8 +66,26 @@ def _wait_stats(records: Sequence[GangRecord]) -> dict[str, Any]:
     }
 
 
-def summarize(result: EngineResult) -> dict[str, Any]:
-    """The summary figures of one engine run (keys documented in docs/simulator.md)."""
+def _class_stats(records: Sequence[GangRecord]) -> dict[str, Any]:
+    """One `class` of gangs as Kueue's benchmark sums up a workload class: the mean time from
+    submission to the (last) admission and to the end, over the gangs that finished, and
+    how often the class was preempted or evicted."""
+    done = [r for r in records if r.state == FINISHED and r.finished is not None]
+    to_admission = [r.admitted_at - r.submitted for r in done if r.admitted_at is not None]
+    to_finish = [r.finished - r.submitted for r in done if r.finished is not None]
+    return {
+        "gangs": len(records),
+        "finished": len(done),
+        "admission_mean_s": _round(sum(to_admission) / len(to_admission)) if to_admission else None,
+        "finish_mean_s": _round(sum(to_finish) / len(to_finish)) if to_finish else None,
+        "preemptions": sum(r.preemptions for r in records),
+        "evictions": sum(r.evictions for r in records),
+    }
+
+
+def summarize(result: EngineResult, classes: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The summary figures of one engine run (keys documented in docs/simulator.md);
+    `classes` (job group name -> its `class`, `Trace.classes`) adds the figures per class."""
     gangs = result.gangs
     stuck = sum(1 for r in gangs if r.state == STUCK)
     final_times = [r.finished for r in gangs if r.finished is not None]
@@ -124,6 +130,15 @@ def summarize(result: EngineResult) -> dict[str, Any]:
         "wall_s": _round(result.wall_seconds),
         "horizon_reached": result.horizon_reached,
     }
+    if result.topology is not None:
+        summary["topology"] = result.topology
+    if classes:
+        by_class: dict[str, list[GangRecord]] = {}
+        for record in gangs:
+            name = classes.get(record.group)
+            if name:
+                by_class.setdefault(name, []).append(record)
+        summary["classes"] = {name: _class_stats(by_class[name]) for name in sorted(by_class)}
     return summary
 
 
@@ -132,7 +147,8 @@ def write_outputs(
 ) -> Path:
     """Write summary.json, gangs.csv, queues.csv, the plots and report.html; return the report."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    summaries: dict[str, dict[str, Any]] = {r.admission: summarize(r) for r in results}
+    classes = trace.classes()
+    summaries: dict[str, dict[str, Any]] = {r.admission: summarize(r, classes) for r in results}
     document: dict[str, Any] = {
         "trace": {
             "name": trace.name,
@@ -190,8 +206,18 @@ def gang_rows(result: EngineResult) -> list[HistoryRow]:
 
 
 def _write_gangs_csv(results: Sequence[EngineResult], path: Path) -> None:
+    """The history's columns (policies/history.py), and a last one, `pod_sets`, when a gang
+    has several pod sets: without one, the file is what it always was."""
+    several = any(record.gang.others for result in results for record in result.gangs)
     with path.open("w", newline="", encoding="utf-8") as handle:
-        write_csv((row.as_dict() for result in results for row in gang_rows(result)), handle)
+        if not several:
+            write_csv((row.as_dict() for result in results for row in gang_rows(result)), handle)
+            return
+        writer = csv.writer(handle)
+        writer.writerow((*COLUMNS, POD_SETS_COLUMN))
+        for result in results:
+            for record, row in zip(result.gangs, gang_rows(result), strict=True):
+                writer.writerow((*cells(row.as_dict()), pod_sets_cell(record.gang)))
 
 
 def _write_queues_csv(results: Sequence[EngineResult], path: Path) -> None:
@@ -422,12 +448,72 @@ def format_value(key: str, value: Any) -> str:
     return str(value)
 
 
+CLASS_ROWS: tuple[tuple[str, str], ...] = (
+    ("admission_mean_s", "to admission mean (s)"),
+    ("finish_mean_s", "to finish mean (s)"),
+    ("preemptions", "preemptions"),
+)
+
+
 def summary_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
-    """Rows [label, engine1, engine2...] for the human summary table."""
-    return [
+    """Rows [label, engine1, engine2...] for the human summary table (and, for a trace whose
+    job groups have a `class`, a few rows per class)."""
+    rows = [
         [label, *(format_value(key, s.get(key)) for s in summaries.values())]
         for key, label in SUMMARY_ROWS
     ]
+    names = sorted({name for s in summaries.values() for name in s.get("classes") or {}})
+    for name in names:
+        for key, label in CLASS_ROWS:
+            values = [(s.get("classes") or {}).get(name, {}).get(key) for s in summaries.values()]
+            rows.append([f"{name}: {label}", *(format_value(key, v) for v in values)])
+    rows.extend(topology_rows(summaries))
+    return rows
+
+
+TOPOLOGY_ROWS: tuple[tuple[str, str], ...] = (
+    ("within_one_domain_share", "gangs within one {level}"),
+    ("required_within_one_domain_share", "required gangs within one {level}"),
+    ("whole_domains_free_mean", "whole {level}s free, mean"),
+)
+
+
+def topology_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    """A trace with topology levels: how many gangs ran within one domain of the measured
+    level, and how many whole domains stood free on average."""
+    figures = [s.get("topology") for s in summaries.values()]
+    if not any(figures):
+        return []
+    level = next(f["level"] for f in figures if f)
+    rows = []
+    for key, label in TOPOLOGY_ROWS:
+        cells = []
+        for found in figures:
+            value = None if not found else found.get(key)
+            share = key.endswith("_share")
+            cells.append("–" if value is None else f"{value:.0%}" if share else f"{value:.2f}")
+        rows.append([label.format(level=level), *cells])
+    return rows
+
+
+def queue_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    """Rows [label, engine1, engine2...] with each queue's wait p50 / p95 / max, beside the
+    overall figures of the human summary table (an overall p95 hides who waits)."""
+    names: list[str] = []
+    for summary in summaries.values():
+        names.extend(q for q in summary.get("queues") or {} if q not in names)
+    rows = []
+    for name in names:
+        cells = []
+        for summary in summaries.values():
+            stats = (summary.get("queues") or {}).get(name)
+            if stats is None:
+                cells.append("–")
+                continue
+            values = (stats.get(key) for key in ("wait_p50_s", "wait_p95_s", "wait_max_s"))
+            cells.append(" / ".join("–" if v is None else f"{v:,.0f}" for v in values))
+        rows.append([f"{name} wait p50/p95/max (s)", *cells])
+    return rows
 
 
 def _html(

@@ -20,6 +20,7 @@ from simulator.records import (
     RUNNING,
     STATES,
     GangRecord,
+    PodSetRecord,
     Sample,
 )
 
@@ -125,7 +126,13 @@ class Meter:
         self.integrals_at_progress = (0.0, 0.0, 0.0)
 
     def set_waiting(self, record: GangRecord, pods: int) -> None:
-        """``record`` has ``pods`` pods that still need a node."""
+        """``record`` has ``pods`` pods that still need a node: those of the gang at a size
+        (every pod set's, `GangRecord.set_sizes`), or none (0)."""
+        if record.sets:
+            sizes = record.set_sizes(pods) if pods else (0,) * len(record.sets)
+            for part, count in zip(record.sets, sizes, strict=True):
+                self.set_waiting_in(record, part, count)
+            return
         delta = pods - record.waiting_pods
         if delta:
             vector = self.waiting[record.queue]
@@ -133,18 +140,41 @@ class Meter:
                 vector[r] += amount * delta
             record.waiting_pods = pods
 
-    def hold(self, record: GangRecord, pods: int) -> None:
-        """``pods`` more pods of ``record`` are bound (``pods`` < 0: fewer)."""
+    def set_waiting_in(self, record: GangRecord, part: PodSetRecord, pods: int) -> None:
+        """``record``'s pod set ``part`` has ``pods`` pods that still need a node."""
+        delta = pods - part.waiting_pods
+        if delta:
+            vector = self.waiting[record.queue]
+            for r, amount in part.request:
+                vector[r] += amount * delta
+            part.waiting_pods = pods
+            record.waiting_pods += delta
+
+    def hold(self, record: GangRecord, pods: int, part: PodSetRecord | None = None) -> None:
+        """``pods`` more pods of ``record`` (of its pod set ``part``, for a gang of several)
+        are bound (``pods`` < 0: fewer)."""
         held = self.held[record.queue]
-        for r, amount in record.request:
+        for r, amount in record.request if part is None else part.request:
             held[r] += amount * pods
         self.dirty = True
+
+    def hold_none(self, record: GangRecord) -> None:
+        """Every bound pod of ``record`` leaves its node."""
+        if not record.sets:
+            self.hold(record, -record.bound_pods)
+        for part in record.sets:
+            self.hold(record, -part.bound_pods, part)
 
     def run(self, record: GangRecord, sign: int) -> None:
         """``record``'s bound pods start (``sign`` 1) or stop (-1) counting as running."""
         running = self.running_use[record.queue]
-        for r, amount in record.request:
-            running[r] += sign * amount * record.bound_pods
+        for request, pods in (
+            ((part.request, part.bound_pods) for part in record.sets)
+            if record.sets
+            else ((record.request, record.bound_pods),)
+        ):
+            for r, amount in request:
+                running[r] += sign * amount * pods
 
     def sample(self, now: float, last_progress: float, *, final: bool = False) -> None:
         """The cluster at ``now``, after that instant's events and decisions."""

@@ -21,12 +21,14 @@ from simulator.tracecsv import (
     CSV_COLUMNS,
     CSV_OPTIONAL_COLUMNS,
     HISTORY_REQUIRED,
+    POD_SETS_COLUMN,
     HistoryJobs,
     load_jobs_csv,
+    pod_sets_cell,
     read_jobs_csv,
     with_jobs,
 )
-from simulator.tracedump import dump_yaml
+from simulator.tracedump import dump_yaml, pod_sets_document
 from simulator.tracemodel import (
     DEFAULT_POD_START_DELAY,
     DEFAULT_TRACE,
@@ -48,6 +50,7 @@ __all__ = [
     "DEFAULT_POD_START_DELAY",
     "DEFAULT_TRACE",
     "HISTORY_REQUIRED",
+    "POD_SETS_COLUMN",
     "HistoryJobs",
     "JobGroup",
     "Kind",
@@ -65,6 +68,8 @@ __all__ = [
     "load_jobs_csv",
     "loads",
     "parse_duration",
+    "pod_sets_cell",
+    "pod_sets_document",
     "read_jobs_csv",
     "resolve",
     "shipped_traces",

@@ -6,17 +6,42 @@ group is (`simulator.traceparse.job_group`).
 from __future__ import annotations
 
 import csv
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from policies import Gang, PolicyError, fields
+from policies.history import format_requests
+from simulator.tracedump import pod_sets_document
 from simulator.tracemodel import JobGroup, Trace, TraceError
 from simulator.traceparse import check, job_group
 
 CSV_COLUMNS = ("submit", "queue", "size", "requests", "runtime")
-CSV_OPTIONAL_COLUMNS = ("name", "min_size", "kind", "one_pod_per_node", "priority", "namespace")
+CSV_OPTIONAL_COLUMNS = (
+    "name",
+    "min_size",
+    "kind",
+    "one_pod_per_node",
+    "priority",
+    "namespace",
+    "pod_sets",
+)
+POD_SETS_COLUMN = "pod_sets"
+"""A gang of several pod sets: the trace job's `podSets` list as JSON (the main set without
+`count`); `requests` and `one_pod_per_node` are then its main set's. gangs.csv has it last, when
+a run has such a gang; `muster history` has no such gang yet."""
+
+
+def pod_sets_cell(gang: Gang) -> str:
+    """The `pod_sets` cell of a gang: empty for a gang of one pod set."""
+    if not gang.others:
+        return ""
+    return json.dumps(pod_sets_document(gang.main, gang.others), separators=(",", ":"))
+
+
 HISTORY_REQUIRED = ("gang", "queue", "size", "submitted_s", "requests")
 """Columns a history (gangs.csv, `muster history -o csv`) needs to replay (policies/history.py)."""
 
@@ -39,7 +64,8 @@ def load_jobs_csv(path: str | Path, *, scale: float = 1.0) -> tuple[JobGroup, ..
 
     Required columns: submit (duration since trace start, `0`, `90s`, `1h`), queue, size,
     requests (`cpu=6;memory=20Gi`), runtime (duration). Optional: name (default `job-<row>`),
-    min_size, kind (Job|MiniCluster), one_pod_per_node (true|false), priority, namespace.
+    min_size, kind (Job|MiniCluster|JobSet|PodGroup), one_pod_per_node (true|false), priority,
+    namespace, pod_sets (`POD_SETS_COLUMN`).
 
     A history (the simulator's gangs.csv, `muster history -o csv`; it has a `submitted_s`
     column) is read as `load_history_csv` reads it. `scale` multiplies every time (submission,
@@ -81,41 +107,90 @@ def read_jobs_csv(path: str | Path, *, scale: float = 1.0) -> HistoryJobs:
             "name": name,
             "queue": (row["queue"] or "").strip(),
             "size": _csv_int(row["size"], path, number, "size"),
-            "podRequests": _csv_requests(row["requests"], path, number),
             "runtime": (row["runtime"] or "").strip(),
             "submit": {"at": (row["submit"] or "").strip()},
         }
         _csv_optional(item, row, path, number)
-        groups.append(_csv_group(item, path, number, scale))
+        groups.append(_csv_group(item, row, path, number, scale))
     return HistoryJobs(tuple(groups))
 
 
 def _csv_optional(item: dict[str, Any], row: Mapping[str, str], path: Path, number: int) -> None:
-    """The optional columns both formats share: min_size, kind, one_pod_per_node, priority,
-    namespace."""
+    """The columns both formats share besides their own: requests, pod_sets,
+    one_pod_per_node, min_size, kind, priority, namespace."""
+    if (row.get(POD_SETS_COLUMN) or "").strip():
+        item["podSets"] = _csv_pod_sets(row[POD_SETS_COLUMN], path, number)
+    else:
+        item["podRequests"] = _csv_requests(row.get("requests"), path, number)
+        flag = _csv_flag(row, path, number)
+        if flag is not None:
+            item["onePodPerNode"] = flag
     if (row.get("min_size") or "").strip():
         item["minSize"] = _csv_int(row["min_size"], path, number, "min_size")
     if (row.get("kind") or "").strip():
         item["kind"] = row["kind"].strip()
-    if (row.get("one_pod_per_node") or "").strip():
-        flag = row["one_pod_per_node"].strip().lower()
-        if flag not in ("true", "false"):
-            raise TraceError(f"{path}:{number}: one_pod_per_node: {flag!r} is not true/false")
-        item["onePodPerNode"] = flag == "true"
     if (row.get("priority") or "").strip():
         item["priority"] = _csv_int(row["priority"], path, number, "priority")
     if (row.get("namespace") or "").strip():
         item["namespace"] = row["namespace"].strip()
 
 
-def _csv_group(item: dict[str, Any], path: Path, number: int, scale: float) -> JobGroup:
+def _csv_flag(row: Mapping[str, str], path: Path, number: int) -> bool | None:
+    """The one_pod_per_node cell, None if empty."""
+    flag = (row.get("one_pod_per_node") or "").strip().lower()
+    if not flag:
+        return None
+    if flag not in ("true", "false"):
+        raise TraceError(f"{path}:{number}: one_pod_per_node: {flag!r} is not true/false")
+    return flag == "true"
+
+
+def _csv_pod_sets(cell: str, path: Path, number: int) -> object:
+    try:
+        return json.loads(cell)
+    except json.JSONDecodeError as exc:
+        raise TraceError(
+            f"{path}:{number}: {POD_SETS_COLUMN}: not JSON ({exc.msg} at character {exc.pos}); "
+            'write the trace\'s podSets list, e.g. [{"name":"worker","podRequests":{"cpu":"4"}}]'
+        ) from None
+
+
+def _csv_group(
+    item: dict[str, Any], row: Mapping[str, str], path: Path, number: int, scale: float
+) -> JobGroup:
     try:
         group = job_group(item, number - 2)
     except TraceError as exc:
         raise TraceError(f"{path}:{number}: {exc}") from None
+    if "podSets" in item:
+        _csv_main_agrees(group, row, path, number)
     if scale == 1.0:
         return group
     return replace(group, submit_at=group.submit_at * scale, runtime=group.runtime * scale)
+
+
+def _csv_main_agrees(group: JobGroup, row: Mapping[str, str], path: Path, number: int) -> None:
+    """A row with pod sets: its requests and one_pod_per_node, when given, are its main set's
+    (gangs.csv writes them so); a cell that says otherwise is an error, not ignored."""
+    main = f"the main pod set {group.set_name}'s in {POD_SETS_COLUMN}"
+    if (row.get("requests") or "").strip():
+        where = f"{path}:{number}: requests"
+        try:
+            requests = fields.resources(_csv_requests(row["requests"], path, number), where)
+        except PolicyError as exc:
+            raise TraceError(str(exc)) from None
+        if requests != group.pod_requests:
+            raise TraceError(
+                f"{where}: {row['requests'].strip()!r} is not "
+                f"{format_requests(group.pod_requests)!r}, {main}: make them agree, or leave "
+                "requests empty"
+            )
+    flag = _csv_flag(row, path, number)
+    if flag is not None and flag != group.one_pod_per_node:
+        raise TraceError(
+            f"{path}:{number}: one_pod_per_node: {str(flag).lower()} is not "
+            f"{str(group.one_pod_per_node).lower()}, {main}: make them agree, or leave it empty"
+        )
 
 
 def _csv_float(value: str | None, path: Path, number: int, column: str) -> float | None:
@@ -183,7 +258,6 @@ def _history_jobs(
             "name": name,
             "queue": (row.get("queue") or "").strip(),
             "size": _csv_int(row.get("size"), path, number, "size"),
-            "podRequests": _csv_requests(row.get("requests"), path, number),
             # Kept above zero: a gang the cluster ended at once (a failure) still runs.
             "runtime": max(runtime, 0.001),
             "submit": {"at": at - origin},
@@ -191,7 +265,7 @@ def _history_jobs(
         _csv_optional(item, {**row, "namespace": namespace or "default"}, path, number)
         if item.get("minSize") == item["size"]:
             del item["minSize"]
-        groups.append(_csv_group(item, path, number, scale))
+        groups.append(_csv_group(item, row, path, number, scale))
     if not groups:
         raise TraceError(f"{path}: no gang in the history ran (every row lacks a runtime)")
     latencies.sort()
@@ -209,6 +283,8 @@ def with_jobs(trace: Trace, jobs: Sequence[JobGroup], source: str) -> Trace:
         pod_start_delay=trace.pod_start_delay,
         horizon=trace.horizon,
         source=source,
+        topology=trace.topology,
+        slowdown=trace.slowdown,
     )
     try:
         check(replaced)

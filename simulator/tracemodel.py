@@ -15,6 +15,7 @@ from policies import (
     Backoff,
     Gang,
     Node,
+    PodSet,
     Preemption,
     Queue,
     QueueTree,
@@ -24,7 +25,11 @@ from policies import (
     Taint,
     Toleration,
 )
-from policies.model import NeverFitsAction
+from policies.kinds import KindName
+from policies.kinds.registry import KINDS as REGISTERED_KINDS
+from policies.model import NeverFitsAction, Ordering
+from policies.packing import DEFAULT_PACKING, Packing
+from policies.topology import NO_TOPOLOGY, Topology, TopologyRequest, short_name
 
 DEFAULT_TRACE = "blog-burst"
 """The trace `muster sim` replays when given none (shipped in simulator/traces/)."""
@@ -32,7 +37,11 @@ DEFAULT_TRACE = "blog-burst"
 DEFAULT_POD_START_DELAY = 2.0
 """Seconds from a pod being bound to a node to it running (image pull, container start)."""
 
-Kind = Literal["Job", "MiniCluster"]
+Kind = KindName
+KINDS: tuple[Kind, ...] = tuple(REGISTERED_KINDS)
+"""The kinds a trace job may be (read by `simulator.traceparse.job_kind`, the one reader): a
+JobSet's pod sets are its replicated Jobs, a PodGroup's pods are plain pods its own operator
+makes (all at once, not in the Job controller's slow-start batches)."""
 Strategy = Literal["BestEffortFIFO", "StrictFIFO"]
 
 
@@ -42,13 +51,47 @@ class TraceError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class NodeGroup:
-    """`count` identical nodes."""
+    """`count` identical nodes; with ``topology`` (level, domains) pairs, outermost first,
+    `count` nodes in each innermost domain: ``(("block", 4), ("rack", 4))`` with count 8 is 4
+    blocks of 4 racks of 8 nodes."""
 
     count: int
     allocatable: Resources
     name: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
+    topology: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def total(self) -> int:
+        """Its nodes in all."""
+        total = self.count
+        for _, domains in self.topology:
+            total *= domains
+        return total
+
+    def domain_labels(self) -> list[tuple[str, dict[str, str]]]:
+        """(name part, topology labels) of each innermost domain, in order: a rack's label
+        value names its block too (``block1-rack2``), so it is unique in the cluster."""
+        out: list[tuple[str, dict[str, str]]] = [("", {})]
+        for level, domains in self.topology:
+            word = short_name(level)
+            grown = []
+            for part, labels in out:
+                for i in range(domains):
+                    value = f"{part}-{word}{i}" if part else f"{word}{i}"
+                    grown.append((value, {**labels, level: value}))
+            out = grown
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class DomainSlowdown:
+    """Gangs whose pods span more than one domain of ``level`` run ``factor`` times longer
+    (the trace's `simulation.crossDomainSlowdown`): what placement is worth."""
+
+    level: str
+    factor: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +114,8 @@ class QueueSpec:
     never_fits: NeverFitsAction = "Warn"
     """Carried to the Queue objects of kwok runs (the webhook's); the in-process engine has
     no webhook: a gang that never fits is rejected by the planner (NeverFits) either way."""
+    usage_half_life: float | None = None
+    ordering: Ordering = field(default_factory=Ordering)
 
     @classmethod
     def from_queue(cls, queue: Queue) -> QueueSpec:
@@ -89,6 +134,8 @@ class QueueSpec:
             node_fit=queue.node_fit,
             preemption=queue.preemption,
             never_fits=queue.never_fits,
+            usage_half_life=queue.usage_half_life,
+            ordering=queue.ordering,
         )
 
     def to_queue(self) -> Queue:
@@ -107,12 +154,19 @@ class QueueSpec:
             node_fit=self.node_fit,
             preemption=self.preemption,
             never_fits=self.never_fits,
+            usage_half_life=self.usage_half_life,
+            ordering=self.ordering,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class JobGroup:
-    """`count` identical gangs `<name>-<i>`, submitted at `submit_at + i * submit_interval`."""
+    """`count` identical gangs `<name>-<i>`, submitted at `submit_at + i * submit_interval`.
+
+    ``size`` and ``min_size`` count every pod of a gang. Its main pod set (the only one
+    admitted smaller) is written inline: ``pod_requests``, ``one_pod_per_node``,
+    ``node_selector``, ``tolerations``, named ``set_name``; ``others`` are its further pod sets
+    (a trace job's `podSets`), as in `policies.Gang`."""
 
     name: str
     queue: str
@@ -132,10 +186,41 @@ class JobGroup:
     elastic_after: float = 0.0
     runtime_limit: float | None = None
     """Seconds each gang may run once started (its Job's activeDeadlineSeconds); None = none."""
+    others: tuple[PodSet, ...] = ()
+    """The pod sets besides the main one, in the trace's order; each admitted whole."""
+    set_name: str = ""
+    """The main pod set's name ('' for a job without podSets)."""
+    class_name: str = ""
+    """The trace's `class`: a label for reports, which sum up gangs of one class together
+    (a workload class of Kueue's benchmark, say); "" = none. No decision reads it."""
+    topology: TopologyRequest | None = None
+    """The trace job's `topology` (required or preferred: a level), as a gang's annotation."""
 
     @property
     def min(self) -> int:
         return self.min_size if self.min_size is not None else self.size
+
+    @property
+    def fixed(self) -> int:
+        """Pods of ``others``: the part of ``size`` that is never admitted smaller."""
+        return sum(other.count for other in self.others)
+
+    @property
+    def main(self) -> PodSet:
+        """The main pod set at full size (as `policies.Gang.main`)."""
+        return PodSet(
+            self.set_name,
+            self.size - self.fixed,
+            self.pod_requests,
+            self.one_pod_per_node,
+            self.node_selector,
+            self.tolerations,
+        )
+
+    @property
+    def pod_sets(self) -> tuple[PodSet, ...]:
+        """Every pod set, the main one first (as `policies.Gang.pod_sets`)."""
+        return (self.main, *self.others)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +234,11 @@ class Trace:
     pod_start_delay: float = DEFAULT_POD_START_DELAY
     horizon: float | None = None
     source: str = ""
+    topology: Topology = NO_TOPOLOGY
+    """The cluster's topology levels (`cluster.topology`)."""
+    slowdown: DomainSlowdown | None = None
+    packing: Packing = DEFAULT_PACKING
+    """The planner's packing strategy (`cluster.packing`)."""
 
     @property
     def gang_count(self) -> int:
@@ -156,7 +246,7 @@ class Trace:
 
     @property
     def node_count(self) -> int:
-        return sum(group.count for group in self.node_groups)
+        return sum(group.total for group in self.node_groups)
 
     @property
     def pod_count(self) -> int:
@@ -168,15 +258,17 @@ class Trace:
         for index, group in enumerate(self.node_groups):
             prefix = group.name or f"node-g{index}"
             width = len(str(max(group.count - 1, 0)))
-            for j in range(group.count):
-                nodes.append(
-                    Node(
-                        name=f"{prefix}-{j:0{width}d}",
-                        allocatable=group.allocatable,
-                        labels=dict(group.labels),
-                        taints=group.taints,
+            for part, domain in group.domain_labels():
+                start = f"{prefix}-{part}" if part else prefix
+                for j in range(group.count):
+                    nodes.append(
+                        Node(
+                            name=f"{start}-{j:0{width}d}",
+                            allocatable=group.allocatable,
+                            labels={**group.labels, **domain},
+                            taints=group.taints,
+                        )
                     )
-                )
         return nodes
 
     def queue_tree(self) -> QueueTree:
@@ -184,6 +276,10 @@ class Trace:
 
     def queue_specs(self) -> dict[str, QueueSpec]:
         return {spec.name: spec for spec in self.queues}
+
+    def classes(self) -> dict[str, str]:
+        """The `class` of each job group that has one, by group name (for reports)."""
+        return {group.name: group.class_name for group in self.jobs if group.class_name}
 
     def default_horizon(self) -> float:
         """A safety cap on simulated time: last submission + 2 × Σ runtimes + one day."""
@@ -241,6 +337,9 @@ def expand(trace: Trace, seed: int = 0) -> list[SubmittedGang]:
             elastic_after=group.elastic_after,
             kind=group.kind,
             runtime_limit=group.runtime_limit,
+            others=group.others,
+            set_name=group.set_name,
+            topology=group.topology,
         )
         expanded.append(SubmittedGang(gang=gang, runtime=group.runtime, group=group.name))
     return expanded

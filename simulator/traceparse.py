@@ -8,22 +8,33 @@ docs/simulator.md.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from policies import PolicyError, Resources, Taint, Toleration, fields
+from policies import PodSet, PolicyError, Resources, Taint, Toleration, fields
+from policies.packing import DEFAULT_PACKING, Packing, PackingError
 from policies.phase import parse_queue_limits
 from policies.queuespec import QUEUE_SPEC_FIELDS, parse_queue
 from simulator.tracemodel import (
     DEFAULT_POD_START_DELAY,
+    KINDS,
     JobGroup,
+    Kind,
     NodeGroup,
     QueueSpec,
     Trace,
     TraceError,
 )
+from simulator.tracetopology import (
+    check_topology,
+    cluster_topology,
+    job_topology,
+    node_topology,
+    slowdown,
+)
 
 _TOP_FIELDS = ("name", "cluster", "queues", "jobs", "simulation")
-_NODE_FIELDS = ("count", "allocatable", "name", "labels", "taints")
+_NODE_FIELDS = ("count", "allocatable", "name", "labels", "taints", "topology")
 _QUEUE_FIELDS = ("name", *(f for f in QUEUE_SPEC_FIELDS if f != "namespaceSelector"))
 """A trace's queue: its name and the Queue spec's fields (a trace has no namespaces to
 select)."""
@@ -44,15 +55,23 @@ _JOB_FIELDS = (
     "tolerations",
     "elasticAfter",
     "runtimeLimit",
+    "podSets",
+    "class",
+    "topology",
 )
-_SIM_FIELDS = ("podStartDelay", "horizon")
+_POD_FIELDS = ("podRequests", "onePodPerNode", "nodeSelector", "tolerations")
+"""A job's per-pod fields: its one pod set's, or, with podSets, each pod set's."""
+_POD_SET_FIELDS = ("name", "count", *_POD_FIELDS)
+_SIM_FIELDS = ("podStartDelay", "horizon", "crossDomainSlowdown")
 
 
 def from_dict(data: object, *, source: str = "<trace>", default_name: str = "trace") -> Trace:
     """Validate a parsed trace document and build a `Trace`."""
     top = _mapping(data, "trace", _TOP_FIELDS)
     name = _str(top.get("name", default_name), "name")
-    cluster = _mapping(top.get("cluster"), "cluster", ("nodes",))
+    cluster = _mapping(top.get("cluster"), "cluster", ("nodes", "topology", "packing"))
+    topology = cluster_topology(cluster.get("topology"))
+    packing = _packing(cluster.get("packing"))
     node_items = _list(cluster.get("nodes"), "cluster.nodes", required=True)
     node_groups = tuple(_node_group(item, i) for i, item in enumerate(node_items))
     queue_items = _list(top.get("queues"), "queues", required=True)
@@ -76,9 +95,33 @@ def from_dict(data: object, *, source: str = "<trace>", default_name: str = "tra
         pod_start_delay=start_delay,
         horizon=horizon,
         source=source,
+        topology=topology,
+        slowdown=slowdown(sim.get("crossDomainSlowdown"), topology),
+        packing=packing,
     )
     check(trace)
     return trace
+
+
+def _packing(value: object) -> Packing:
+    """`cluster.packing`: a strategy, or {strategy, gpuWeight}."""
+    where = "cluster.packing"
+    if value is None:
+        return DEFAULT_PACKING
+    try:
+        if isinstance(value, dict):
+            spec = _mapping(value, where, ("strategy", "gpuWeight"))
+            if spec.get("gpuWeight") is not None and spec.get("strategy") != "weighted":
+                raise TraceError(f"{where}.gpuWeight: only with strategy: weighted")
+            return Packing.parse(
+                spec.get("strategy"),
+                spec.get("gpuWeight"),
+                f"{where}.strategy",
+                f"{where}.gpuWeight",
+            )
+        return Packing.parse(value, None, where)
+    except PackingError as exc:
+        raise TraceError(str(exc)) from None
 
 
 def check(trace: Trace) -> None:
@@ -97,6 +140,7 @@ def check(trace: Trace) -> None:
     parents = {spec.parent for spec in trace.queues if spec.parent}
     leaves = [n for n in names if n not in parents]
     del tree
+    check_topology(trace)
     seen_jobs: set[str] = set()
     for i, group in enumerate(trace.jobs):
         label = f"jobs[{i}] ({group.name})"
@@ -131,7 +175,14 @@ def _node_group(item: object, index: int) -> NodeGroup:
         _taint(t, f"{where}.taints[{j}]")
         for j, t in enumerate(_list(data.get("taints", []), f"{where}.taints"))
     )
-    return NodeGroup(count=count, allocatable=allocatable, name=name, labels=labels, taints=taints)
+    return NodeGroup(
+        count=count,
+        allocatable=allocatable,
+        name=name,
+        labels=labels,
+        taints=taints,
+        topology=node_topology(data.get("topology"), f"{where}.topology"),
+    )
 
 
 def _queue_spec(item: object, index: int) -> QueueSpec:
@@ -155,19 +206,26 @@ def job_group(item: object, index: int) -> JobGroup:
     name = _str(data.get("name"), f"{where}.name")
     where = f"{where} ({name})"
     _dns_name(name, f"{where}.name")
-    kind = data.get("kind", "Job")
-    if kind not in ("Job", "MiniCluster"):
-        raise TraceError(f"{where}.kind: {kind!r} is not Job or MiniCluster")
+    kind = job_kind(data.get("kind", "Job"), f"{where}.kind")
     count = _int(data.get("count", 1), f"{where}.count", minimum=1)
     size = _int(data.get("size"), f"{where}.size", minimum=1)
+    main, others = _pod_sets(data, where, size)
+    fixed = size - main.count
     min_size: int | None = None
     if data.get("minSize") is not None:
         min_size = _int(data["minSize"], f"{where}.minSize", minimum=1)
         if min_size > size:
             raise TraceError(f"{where}.minSize: {min_size} is larger than size {size}")
-    pod_requests = _resources(data.get("podRequests"), f"{where}.podRequests", required=True)
-    if pod_requests.is_zero():
-        raise TraceError(f"{where}.podRequests: every request is zero; give e.g. {{cpu: '1'}}")
+        if min_size <= fixed:
+            raise TraceError(
+                f"{where}.minSize: {min_size} leaves no pod of the main pod set {main.name}: "
+                f"its other pod sets have {_pods(fixed)}, admitted whole; give at least {fixed + 1}"
+            )
+    if kind == "JobSet" and min_size is not None and min_size < size:
+        raise TraceError(
+            f"{where}.minSize: {min_size} is below size {size}, but a JobSet is admitted whole "
+            "(its replicated Jobs cannot shrink while it runs); remove minSize"
+        )
     runtime = _duration(data.get("runtime"), f"{where}.runtime")
     if runtime <= 0:
         raise TraceError(f"{where}.runtime: must be positive, e.g. 300s")
@@ -176,10 +234,6 @@ def job_group(item: object, index: int) -> JobGroup:
     interval = _duration(submit.get("interval", 0.0), f"{where}.submit.interval")
     namespace = _str(data.get("namespace", "default"), f"{where}.namespace")
     _dns_name(namespace, f"{where}.namespace")
-    tolerations = tuple(
-        _toleration(t, f"{where}.tolerations[{j}]")
-        for j, t in enumerate(_list(data.get("tolerations", []), f"{where}.tolerations"))
-    )
     elastic_after = _duration(data.get("elasticAfter", 0.0), f"{where}.elasticAfter")
     runtime_limit: float | None = None
     if data.get("runtimeLimit") is not None:
@@ -188,24 +242,123 @@ def job_group(item: object, index: int) -> JobGroup:
             raise TraceError(
                 f"{where}.runtimeLimit: must be positive, e.g. 360s (or leave it out: no limit)"
             )
+    if kind == "PodGroup" and runtime_limit is not None:
+        raise TraceError(
+            f"{where}.runtimeLimit: a pod group has no runtime limit muster knows of (a pod's "
+            "activeDeadlineSeconds runs from its own start); remove runtimeLimit"
+        )
     return JobGroup(
         name=name,
         queue=_str(data.get("queue"), f"{where}.queue"),
         size=size,
-        pod_requests=pod_requests,
+        pod_requests=main.requests,
         runtime=runtime,
         count=count,
         kind=kind,
         min_size=min_size,
-        one_pod_per_node=_bool(data.get("onePodPerNode", False), f"{where}.onePodPerNode"),
+        one_pod_per_node=main.one_pod_per_node,
         submit_at=at,
         submit_interval=interval,
         priority=_int(data.get("priority", 0), f"{where}.priority", minimum=None),
         namespace=namespace,
-        node_selector=_str_map(data.get("nodeSelector", {}), f"{where}.nodeSelector"),
-        tolerations=tolerations,
+        node_selector=main.node_selector,
+        tolerations=main.tolerations,
         elastic_after=elastic_after,
         runtime_limit=runtime_limit,
+        others=others,
+        set_name=main.name,
+        class_name=_str(data.get("class", ""), f"{where}.class", allow_empty=True),
+        topology=job_topology(data.get("topology"), f"{where}.topology"),
+    )
+
+
+def job_kind(value: object, where: str) -> Kind:
+    """A job's kind: the one place that reads it (in-process, a PodGroup's pods are created
+    at once, the others' in slow-start batches; the kwok engine creates an object of that kind,
+    a pod group's pods)."""
+    for kind in KINDS:
+        if value == kind:
+            return kind
+    raise TraceError(f"{where}: {value!r} is not {', '.join(KINDS[:-1])} or {KINDS[-1]}")
+
+
+def _pod_sets(data: dict[str, Any], where: str, size: int) -> tuple[PodSet, tuple[PodSet, ...]]:
+    """A job's main pod set (at full size) and its other pod sets. Without `podSets` the job's
+    own per-pod fields are its one pod set; with it, each set has its own, and the main set
+    (the one that may be admitted smaller) is the one without `count`, which takes the rest of
+    `size`, or, if every set has a count, the largest (the first of the largest)."""
+    if data.get("podSets") is None:
+        return _pod_set(data, where, "", size), ()
+    for field in _POD_FIELDS:
+        if field in data:
+            raise TraceError(
+                f"{where}.{field}: a job with podSets has no {field} of its own: give each pod "
+                f"set its {field} under podSets"
+            )
+    items = _list(data["podSets"], f"{where}.podSets", required=True)
+    sets: list[tuple[PodSet, bool]] = []  # (pod set, its count was given)
+    seen: set[str] = set()
+    for j, item in enumerate(items):
+        at = f"{where}.podSets[{j}]"
+        fields = _mapping(item, at, _POD_SET_FIELDS)
+        name = _str(fields.get("name"), f"{at}.name")
+        at = f"{at} ({name})"
+        _dns_name(name, f"{at}.name")
+        if name in seen:
+            raise TraceError(f"{at}.name: duplicate pod set name; names must be unique in a job")
+        seen.add(name)
+        counted = fields.get("count") is not None
+        count = _int(fields["count"], f"{at}.count", minimum=1) if counted else size
+        sets.append((_pod_set(fields, at, name, count), counted))
+    uncounted = [j for j, (_, counted) in enumerate(sets) if not counted]
+    if len(uncounted) > 1:
+        j = uncounted[1]
+        raise TraceError(
+            f"{where}.podSets[{j}] ({sets[j][0].name}).count: missing; only the main pod set "
+            f"({sets[uncounted[0]][0].name}) may leave out count, to take the rest of size"
+        )
+    counts = sum(pod_set.count for pod_set, counted in sets if counted)
+    if uncounted:
+        main_at = uncounted[0]
+        rest = size - counts
+        if rest < 1:
+            raise TraceError(
+                f"{where}.size: {size} leaves no pod for the main pod set "
+                f"{sets[main_at][0].name}: its other pod sets have {_pods(counts)}; size counts "
+                "every pod of the gang"
+            )
+        sets[main_at] = (replace(sets[main_at][0], count=rest), True)
+    elif counts != size:
+        raise TraceError(
+            f"{where}.size: {size} is not the {_pods(counts)} of its pod sets; size counts every "
+            "pod of the gang (or leave out the main pod set's count: it takes the rest)"
+        )
+    else:
+        main_at = max(range(len(sets)), key=lambda j: (sets[j][0].count, -j))
+    main = sets[main_at][0]
+    return main, tuple(pod_set for j, (pod_set, _) in enumerate(sets) if j != main_at)
+
+
+def _pods(count: int) -> str:
+    return f"{count} pod" if count == 1 else f"{count} pods"
+
+
+def _pod_set(data: dict[str, Any], where: str, name: str, count: int) -> PodSet:
+    """The per-pod fields of a job without podSets, or of one of its pod sets."""
+    requests = _resources(data.get("podRequests"), f"{where}.podRequests", required=True)
+    if requests.is_zero():
+        raise TraceError(f"{where}.podRequests: every request is zero; give e.g. {{cpu: '1'}}")
+    tolerations = tuple(
+        _toleration(t, f"{where}.tolerations[{j}]")
+        for j, t in enumerate(_list(data.get("tolerations", []), f"{where}.tolerations"))
+    )
+    return PodSet(
+        name=name,
+        count=count,
+        requests=requests,
+        one_pod_per_node=_bool(data.get("onePodPerNode", False), f"{where}.onePodPerNode"),
+        node_selector=_str_map(data.get("nodeSelector", {}), f"{where}.nodeSelector"),
+        tolerations=tolerations,
     )
 
 

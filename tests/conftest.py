@@ -1,8 +1,11 @@
 """Shared fixtures. Tests marked `cluster` run against one real local control plane per session.
 
 Set MUSTER_KUBECONFIG to use an existing cluster (it is then left running); otherwise the
-session starts `muster cluster up --nodes 1000` under the name `muster-test` and stops it at the
-end. The binaries are built first if they are not cached (`muster cluster build`).
+session starts `muster cluster up --nodes 1000` under the name `muster-test`, with the real
+operators whose sources are beside the repository (`--operators available`: the JobSet
+controller, the Flux Operator), and stops it at the end. The binaries are built first if they
+are not cached (`muster cluster build`). The report header says which operators run, and so
+what makes the MiniClusters' Jobs: the real Flux Operator, or muster's stand-in reconciler.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from admission.kubeapi import KubeClient
 from admission.launcher import LaunchError, MusterRun, launch
+from kubeport.kubeapi import KubeClient
 
 TEST_CLUSTER = "muster-test"
 _NAMESPACE_COUNTER = itertools.count()
@@ -38,7 +41,8 @@ def kubeconfig() -> Iterator[Path]:
     # Through the CLI on purpose: the tests then cover the command users run.
     proc = subprocess.run(
         [sys.executable, "-m", "muster.cli", "cluster", "up", "--name", TEST_CLUSTER]
-        + ["--nodes", str(TEST_NODES), "--cpu", "32", "--memory", "256Gi"],
+        + ["--nodes", str(TEST_NODES), "--cpu", "32", "--memory", "256Gi"]
+        + ["--operators", "available"],
         capture_output=True,
         text=True,
         check=False,
@@ -73,33 +77,94 @@ def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]
 REPO = Path(__file__).resolve().parent.parent
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    """Which MiniCluster CRD cluster tests install (the real one where ../shared/ has it)."""
-    from simulator.controlplane.minicluster import minicluster_crd
+def manifest_webhooks() -> int:
+    """How many webhooks manifests/base/webhook.yaml (and so the chart) registers: three per kind
+    muster holds (its creates, labelled and by namespace default, and its updates)."""
+    import yaml
+
+    document = yaml.safe_load((REPO / "manifests" / "base" / "webhook.yaml").read_text())
+    return len(document["webhooks"])
+
+
+def session_operators() -> list[str]:
+    """The operators the session's cluster runs (or will: the session starts the available
+    ones), by name."""
+    from simulator.controlplane.cluster import operators_of
+    from simulator.controlplane.operators import available
+
+    existing = os.environ.get("MUSTER_KUBECONFIG")
+    operators = operators_of(Path(existing)) if existing else available()
+    return [op.name for op in operators]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Which MiniCluster CRD cluster tests install (the real one where ../shared/ has it), which
+    operators run beside the cluster, and so what makes the MiniClusters' Jobs."""
+    from simulator.controlplane.minicluster import describe_job_maker, minicluster_crd
 
     try:
-        return f"MiniCluster CRD: {minicluster_crd().describe()}"
+        crd = f"MiniCluster CRD: {minicluster_crd().describe()}"
     except (OSError, ValueError) as exc:
-        return f"MiniCluster CRD: cannot be read: {exc}"
+        crd = f"MiniCluster CRD: cannot be read: {exc}"
+    operators = session_operators()
+    return [
+        crd,
+        f"operators beside the cluster: {', '.join(operators) or 'none'}",
+        f"MiniClusters' Jobs made by: {describe_job_maker('flux' in operators)}",
+    ]
 
 
 _MINICLUSTER_CRD_INSTALLED: list[str] = []
+_JOB_MAKERS_USED: set[str] = set()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for outcome in _MINICLUSTER_CRD_INSTALLED:
         terminalreporter.write_line(f"MiniCluster CRD: {outcome}")
+    for maker in sorted(_JOB_MAKERS_USED):
+        terminalreporter.write_line(f"MiniClusters' Jobs were made by: {maker}")
+
+
+@pytest.fixture(scope="session")
+def flux_operator(kubeconfig: Path) -> bool:
+    """The session's cluster runs the real Flux Operator: it makes the MiniClusters' Jobs, and
+    tests start no stand-in (`simulator.controlplane.minicluster.job_maker`)."""
+    from simulator.controlplane.cluster import operators_of
+    from simulator.controlplane.minicluster import describe_job_maker
+    from simulator.controlplane.operators import FLUX
+
+    real = FLUX in operators_of(kubeconfig)
+    _JOB_MAKERS_USED.add(describe_job_maker(real))
+    return real
+
+
+@pytest.fixture(scope="session")
+def jobset_controller(kubeconfig: Path) -> None:
+    """The session's cluster runs the real JobSet controller (its CRD and webhooks installed);
+    skips the test where its source is not beside the repository."""
+    from simulator.controlplane.cluster import operators_of
+    from simulator.controlplane.operators import JOBSET, is_present, source_of
+
+    if JOBSET in operators_of(kubeconfig):
+        return
+    if not is_present(source_of(JOBSET)):
+        pytest.skip(f"no JobSet controller source at {source_of(JOBSET)}")
+    pytest.skip(
+        f"the cluster of MUSTER_KUBECONFIG ({kubeconfig}) runs no JobSet controller: "
+        "`muster cluster up --name NAME --operators jobset` starts it"
+    )
 
 
 @pytest.fixture(scope="session")
 def crds(kube: KubeClient) -> None:
-    """The Queue CRD (as the package ships it: manifests/crd/'s) and the MiniCluster CRD
-    (`minicluster_crd()`: the Flux Operator's where ../shared/ has it, else the stand-in),
-    Established."""
-    from admission.crd import queue_crd
+    """muster's CRDs, Queue and GangRecord (as the package ships them: manifests/crd/'s), and
+    the MiniCluster CRD (`minicluster_crd()`: the Flux Operator's where ../shared/ has it, else
+    the stand-in), Established."""
+    from admission.crd import muster_crds
     from simulator.controlplane.minicluster import apply_crd, install_crd, minicluster_crd
 
-    apply_crd(kube, queue_crd())
+    for crd in muster_crds():
+        apply_crd(kube, crd)
     _MINICLUSTER_CRD_INSTALLED.append(install_crd(kube, minicluster_crd()))
 
 

@@ -7,19 +7,19 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from admission.kubeapi import ApiError, KubeClient
+from kubeport.kubeapi import ApiError, KubeClient
 from policies import Resources
 from policies.vocabulary import ADMITTED, EVICTIONS
-from simulator.controlplane.cluster import (
+from simulator.controlplane.nodes import (
     NODE_GROUP_LABEL,
     kwok_node,
     wait_nodes_ready,
 )
-from tests.kube import job_condition, job_manifest
+from tests.kube import job_condition
 
 QUEUES = "/apis/muster.dev/v1alpha1/queues"
 
@@ -39,25 +39,6 @@ def delete_queue(kube: KubeClient, name: str) -> None:
     except ApiError as exc:
         if exc.status != 404:
             raise
-
-
-def gang_job(
-    name: str,
-    queue: str,
-    *,
-    pods: int,
-    cpu: str = "1",
-    runtime: str = "2s",
-    node_selector: Mapping[str, str] | None = None,
-    tolerations: Sequence[Mapping[str, str]] = (),
-) -> dict[str, Any]:
-    body = job_manifest(name, parallelism=pods, cpu=cpu, runtime=runtime)
-    body["metadata"]["labels"]["muster.dev/queue"] = queue
-    spec = body["spec"]["template"]["spec"]
-    if node_selector:
-        spec["nodeSelector"] = dict(node_selector)
-    spec["tolerations"] = [*spec["tolerations"], *tolerations]
-    return body
 
 
 def event_reasons(kube: KubeClient, namespace: str, name: str) -> list[str]:
@@ -93,28 +74,38 @@ def all_jobs(kube: KubeClient, namespace: str) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def sampling(
-    kube: KubeClient, namespace: str, interval: float = 0.3
-) -> Iterator[list[list[dict[str, Any]]]]:
-    """Lists the namespace's Jobs every `interval` seconds in a thread while the body runs."""
-    samples: list[list[dict[str, Any]]] = []
+def in_background(
+    kube: KubeClient, look: Callable[[KubeClient], None], interval: float
+) -> Iterator[None]:
+    """Calls `look` with a client of its own every `interval` seconds in a thread while the
+    body runs; a look the apiserver answers slowly or refuses is simply taken again."""
     stop = threading.Event()
 
     def run() -> None:
         with KubeClient(kube.credentials) as own:
             while not stop.wait(interval):
                 try:
-                    samples.append(all_jobs(own, namespace))
+                    look(own)
                 except (ApiError, OSError):
-                    continue  # a slow or refused LIST on a loaded apiserver: sample again
+                    continue  # a slow or refused LIST on a loaded apiserver: look again
 
     thread = threading.Thread(target=run)
     thread.start()
     try:
-        yield samples
+        yield
     finally:
         stop.set()
         thread.join()
+
+
+@contextmanager
+def sampling(
+    kube: KubeClient, namespace: str, interval: float = 0.3
+) -> Iterator[list[list[dict[str, Any]]]]:
+    """Lists the namespace's Jobs every `interval` seconds in a thread while the body runs."""
+    samples: list[list[dict[str, Any]]] = []
+    with in_background(kube, lambda own: samples.append(all_jobs(own, namespace)), interval):
+        yield samples
 
 
 def create_nodes(

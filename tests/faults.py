@@ -6,7 +6,7 @@ The burst is watched, not sampled: a `JobLedger` applies every event of the name
 order (the view at each resourceVersion is one the apiserver really held), so "quota never
 exceeded", "never stored unmutated" and "admitted once" are checked at every change the
 apiserver made, not at a few instants. The watch is the same list-then-watch loop muster uses
-(`admission.streamwatch`): it resumes from its last version after the apiserver or etcd comes
+(`kubeport.streamwatch`): it resumes from its last version after the apiserver or etcd comes
 back, and LISTs again after a 410.
 """
 
@@ -23,10 +23,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from admission.kubeapi import ApiError, KubeClient
-from admission.streamwatch import StreamWatch, list_collection
+from kubeport.kubeapi import ApiError, KubeClient
+from kubeport.streamwatch import StreamWatch, list_collection
 from policies.vocabulary import ADMITTED, EVICTED_REASON, EVICTIONS, SUBMITTED
-from tests.controller_helpers import create_queue, delete_queue, finished, gang_job, jobs_path
+from tests import builders
+from tests.controller_helpers import create_queue, delete_queue, finished, jobs_path
 from tests.kube import job_condition
 
 WEBHOOK_DOWN = "failed calling webhook"
@@ -43,6 +44,11 @@ class _JobView:
     held_m: int = 0
     finished: bool = False
     running: bool = False  # seen unsuspended
+
+
+def muster_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
+    """A Job's muster.dev annotations, for a failure's message."""
+    return {k: v for k, v in annotations.items() if k.startswith("muster.dev/")}
 
 
 @dataclass
@@ -238,7 +244,7 @@ class Burst:
     def _submit(self, part: list[str]) -> None:
         with KubeClient(self.kube.credentials) as own:
             for name in part:
-                body = gang_job(name, self.queue, pods=1, cpu=self.cpu, runtime=self.runtime)
+                body = builders.job(name, self.queue, pods=1, cpu=self.cpu, runtime=self.runtime)
                 while not self._create(own, body):
                     time.sleep(0.2)
 
@@ -324,7 +330,9 @@ class Burst:
         twice = {
             n: c for n, c in ledger.admissions.items() if c != 1 and n not in self.clog_evicted
         }
-        assert not twice, f"admitted more than once: {twice}"
+        assert not twice, f"admitted more than once: {twice}; " + "; ".join(
+            f"{n}: {muster_annotations(annotations_of.get(n, {}))}" for n in sorted(twice)
+        )
         again = sorted(set(ledger.suspended_again) - set(self.clog_evicted))
         assert not again, f"suspended again: {again[:10]}"
         assert ledger.max_held_m <= self.quota_m, (

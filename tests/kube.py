@@ -6,49 +6,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from admission.kubeapi import ApiError, KubeClient
+from kubeport.kubeapi import ApiError, KubeClient
 from policies.vocabulary import SUBMITTED
 
 T = TypeVar("T")
-
-KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
-
-
-def job_manifest(
-    name: str,
-    *,
-    parallelism: int,
-    completions: int | None = None,
-    runtime: str | None = "5s",
-    suspend: bool = False,
-    cpu: str = "1",
-    labels: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    annotations = {"muster.dev/runtime": runtime} if runtime else {}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": {
-            "parallelism": parallelism,
-            "completions": completions if completions is not None else parallelism,
-            "suspend": suspend,
-            "template": {
-                "metadata": {"annotations": annotations},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "tolerations": [KWOK_TOLERATION],
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "busybox",
-                            "resources": {"requests": {"cpu": cpu}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
 
 
 def wait_for(

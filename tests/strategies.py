@@ -16,6 +16,7 @@ from policies import (
     AdmittedGang,
     Gang,
     Node,
+    PodSet,
     Preemption,
     Queue,
     QueueTree,
@@ -27,6 +28,8 @@ from policies import (
     Toleration,
     plan,
 )
+from policies.packing import Packing
+from policies.topology import Topology, TopologyRequest
 
 GIB = 2**30
 GPU = "nvidia.com/gpu"
@@ -142,10 +145,45 @@ def preemptions(draw: st.DrawFn) -> Preemption:
 
 
 @st.composite
+def other_pod_sets(draw: st.DrawFn) -> tuple[PodSet, ...]:
+    """A gang's pod sets besides its main one: mostly none; else a launcher-like set or two,
+    with requests, selectors and one-pod-per-node of their own."""
+    if draw(st.integers(0, 3)) > 0:
+        return ()
+    sets = []
+    for k in range(draw(st.integers(1, 2))):
+        request = {
+            "cpu": draw(st.sampled_from((0, 500, 1_000, 4_000))),
+            "memory": draw(st.sampled_from((0, GIB, 4 * GIB))),
+        }
+        if draw(st.integers(0, 5)) == 0:
+            request[GPU] = 1
+        sets.append(
+            PodSet(
+                f"set{k}",
+                draw(st.integers(1, 3)),
+                Resources(request),
+                one_pod_per_node=draw(st.booleans()),
+                node_selector=(
+                    {"pool": draw(st.sampled_from(("a", "b")))} if draw(st.booleans()) else {}
+                ),
+                tolerations=(TOLERATION,) if draw(st.booleans()) else (),
+            )
+        )
+    return tuple(sets)
+
+
+@st.composite
 def gangs(
-    draw: st.DrawFn, tree: QueueTree, prefix: str, max_gangs: int = 12, unknown_queues: bool = True
+    draw: st.DrawFn,
+    tree: QueueTree,
+    prefix: str,
+    max_gangs: int = 12,
+    unknown_queues: bool = True,
+    pod_sets: bool = True,
 ) -> list[Gang]:
-    """Pending gangs over the tree's leaves (and, rarely, a queue that does not exist)."""
+    """Pending gangs over the tree's leaves (and, rarely, a queue that does not exist); with
+    ``pod_sets``, some of several pod sets."""
     targets = list(tree.leaves)
     if unknown_queues:
         targets.append("missing")
@@ -158,8 +196,10 @@ def gangs(
         }
         if draw(st.integers(0, 5)) == 0:
             request[GPU] = 1
-        size = draw(st.integers(1, 6))
-        minimum = draw(st.none() | st.integers(1, size))
+        others = draw(other_pod_sets()) if pod_sets else ()
+        fixed = sum(other.count for other in others)
+        size = fixed + draw(st.integers(1, 6))
+        minimum = draw(st.none() | st.integers(fixed + 1, size))
         selector = {"pool": draw(st.sampled_from(("a", "b")))} if draw(st.booleans()) else {}
         tolerations = (TOLERATION,) if draw(st.booleans()) else ()
         result.append(
@@ -181,6 +221,8 @@ def gangs(
                 # Against admitted gangs' limits and plan times (0 to 200 s): some gangs
                 # backfill onto reserved nodes, some are too long, some have no limit.
                 runtime_limit=draw(st.sampled_from((None, 5.0, 50.0, 300.0))),
+                others=others,
+                set_name="main" if others else "",
             )
         )
     return result
@@ -212,6 +254,7 @@ def snapshots(
                     dict(admission.placement),
                     admitted_at=now,
                     running=draw(st.booleans()),
+                    other_placements=admission.other_placements,
                 )
             )
     pending = draw(gangs(tree, "new", unknown_queues=unknown_queues))
@@ -277,3 +320,109 @@ def contended_snapshots(draw: st.DrawFn) -> Snapshot:
 def any_snapshots() -> st.SearchStrategy[Snapshot]:
     """General snapshots and full, contended ones."""
     return st.one_of(snapshots(), contended_snapshots())
+
+
+def absurd_numbers() -> st.SearchStrategy[str]:
+    """Texts users may write where muster reads a number or a duration: plausible spellings,
+    numbers of any digit count (90 digits and an `h`, issue 28), signs, exponents, units,
+    spaces, and any text at all."""
+    digits = st.text("0123456789", min_size=1, max_size=120)
+    unit = st.sampled_from(["", "ms", "s", "m", "h", "d", "e9", "e400", "Gi", "Ei", "k", "m"])
+    sign = st.sampled_from(["", "-", "+", " "])
+    spelled = st.builds(lambda s, d, u: f"{s}{d}{u}", sign, digits, unit)
+    parts = st.lists(st.builds(lambda d, u: d + u, digits, unit), min_size=1, max_size=4).map(
+        "".join
+    )
+    return st.one_of(spelled, parts, st.text(max_size=30), st.sampled_from(["nan", "inf", "1e999"]))
+
+
+LEVELS = Topology.parse(["block", "rack"])
+"""The topology levels of `topology_snapshots`."""
+
+
+@st.composite
+def topology_snapshots(draw: st.DrawFn) -> Snapshot:
+    """`any_snapshots` on a cluster of blocks and racks (a node may lack the labels: it is in
+    no domain), with gangs requiring or preferring a block, a rack or a level the cluster does
+    not have, and the others asking nothing."""
+    snapshot = draw(any_snapshots())
+    nodes = []
+    for node in snapshot.nodes:
+        labels = dict(node.labels)
+        if draw(st.integers(0, 9)):
+            # Few domains, so that one holds several nodes and gangs fit or just miss.
+            labels["block"] = draw(st.sampled_from(("b0", "b0", "b1")))
+            labels["rack"] = draw(st.sampled_from(("r0", "r1")))
+        nodes.append(dataclasses.replace(node, labels=labels))
+    requests = st.sampled_from(
+        (
+            None,
+            TopologyRequest("rack", True),
+            TopologyRequest("rack", True),
+            TopologyRequest("block", True),
+            TopologyRequest("rack", False),
+            TopologyRequest("block", False),
+            TopologyRequest("row", True),
+        )
+    )
+    pending = [dataclasses.replace(gang, topology=draw(requests)) for gang in snapshot.pending]
+    return dataclasses.replace(snapshot, nodes=nodes, pending=pending, topology=LEVELS)
+
+
+PACKINGS = st.sampled_from(
+    (
+        Packing(),
+        Packing("best-fit"),
+        Packing("worst-fit"),
+        Packing("weighted"),
+        Packing("weighted", 0.5),
+    )
+)
+"""Every packing strategy (`policies.packing`), the weighted one with two GPU weights."""
+
+
+@st.composite
+def packing_snapshots(draw: st.DrawFn, one_shape: bool) -> Snapshot:
+    """Partly used nodes (all of one allocatable shape, or of several, some with GPUs) and one
+    pending gang of fixed size in a queue without quota or size ratio: it is admitted wherever
+    its pods fit, so strategies differ only in where."""
+    count = draw(st.integers(1, 8))
+    shapes = [
+        Resources({"cpu": cpu, "memory": mem * GIB, **({GPU: gpus} if gpus else {})})
+        for cpu, mem, gpus in draw(
+            st.lists(
+                st.tuples(
+                    st.sampled_from((2_000, 4_000, 8_000)),
+                    st.sampled_from((4, 8, 16)),
+                    st.sampled_from((0, 0, 4, 8)),
+                ),
+                min_size=1,
+                max_size=1 if one_shape else 3,
+            )
+        )
+    ]
+    cluster = []
+    for i in range(count):
+        shape = draw(st.sampled_from(shapes))
+        used: dict[str, int] = {}
+        if draw(st.booleans()):
+            used["cpu"] = draw(st.integers(0, 4)) * shape["cpu"] // 4
+            used["memory"] = draw(st.integers(0, 4)) * shape["memory"] // 4
+            if shape[GPU]:
+                used[GPU] = draw(st.integers(0, shape[GPU]))
+        cluster.append(Node(f"node-{i}", shape, used=Resources(used)))
+    request = {
+        "cpu": draw(st.sampled_from((250, 500, 1_000, 2_000))),
+        "memory": draw(st.sampled_from((0, GIB, 2 * GIB))),
+    }
+    if draw(st.booleans()):
+        request[GPU] = draw(st.integers(1, 2))
+    gang = Gang(
+        "g",
+        "q",
+        Resources(request),
+        draw(st.integers(1, 12)),
+        one_pod_per_node=draw(st.booleans()),
+    )
+    tree = QueueTree.build([Queue("q", size_ratio=None)])
+    return Snapshot(cluster, tree, [], [gang], 0.0, packing=draw(PACKINGS))

@@ -1,7 +1,7 @@
 """The webhook's count of pending gangs per queue and per (queue, namespace), for `spec.limits`.
 
 Pure (no kopf, no I/O): the webhook's watches of managed Jobs (a lean stream on its own thread,
-`admission.streamwatch`) and MiniClusters (kopf) feed `observe_*`,
+`kubeport.streamwatch`) and MiniClusters (kopf) feed `observe_*`,
 and each create the webhook allows is added by `allow` until the watch shows it. Without that,
 a burst faster than the watch would overshoot a limit by everything created during the watch's
 lag; with it, one webhook replica never lets a queue pass its limit. Several replicas each add
@@ -10,7 +10,7 @@ allowed that this one has not seen yet (docs/queue-reference.md, "Limits").
 
 A gang is one Job, or one MiniCluster with its Job (the Job made by a MiniCluster is the same
 gang, under the MiniCluster's name). It is pending while any of its objects is stored and its
-Job, when seen, is pending (`policies.phase.job_pending`: not admitted, not finished, not
+Job, when seen, is pending (`policies.kinds.reading.gang_pending`: not admitted, not finished, not
 Failed); a MiniCluster whose Job is not there yet is pending.
 """
 
@@ -23,10 +23,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from policies.kinds import JOB, MINICLUSTER, Kind, KindName
-from policies.phase import QueueLimits, job_pending
+from policies.kinds import JOB, Kind, KindName
+from policies.kinds.reading import gang_pending
+from policies.kinds.registry import owner_of
+from policies.phase import QueueLimits
 from policies.vocabulary import SUBMITTED
-from webhook.decision import is_minicluster_ref
 
 GangKey = tuple[str, str, str]
 """(kind, namespace, name) of a gang: a MiniCluster's Job is keyed by its MiniCluster."""
@@ -40,12 +41,13 @@ RefusalReason = Literal["MaxPending", "MaxPendingPerNamespace"]
 
 
 def gang_key_of_job(body: Mapping[str, Any]) -> GangKey:
-    """The gang a Job belongs to: its MiniCluster (the controller owner), else the Job itself."""
+    """The gang a Job belongs to: its owner of a kind muster admits (a MiniCluster), else the
+    Job itself."""
     meta = body.get("metadata") or {}
     namespace = meta.get("namespace") or ""
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("controller") and is_minicluster_ref(ref):
-            return (MINICLUSTER.name, namespace, str(ref.get("name") or ""))
+    owner = owner_of(meta)
+    if owner is not None:
+        return (owner[0].name, namespace, owner[1])
     return (JOB.name, namespace, meta.get("name") or "")
 
 
@@ -117,7 +119,7 @@ class Backlog:
     def observe_job(self, event: str | None, body: Mapping[str, Any]) -> None:
         """A watch event of a Job labelled `muster.dev/queue` (DELETED, or any other)."""
         queue = None if event == "DELETED" else _queue_of(JOB, body)
-        pending = None if queue is None else job_pending(body)
+        pending = None if queue is None else gang_pending(JOB, body)
         self._observe(gang_key_of_job(body), JOB.name, queue, pending)
 
     def relist_jobs(self, items: Iterable[Mapping[str, Any]]) -> None:
@@ -131,12 +133,13 @@ class Backlog:
         for key in gone:
             self._observe(key, JOB.name, None, None)
 
-    def observe_minicluster(self, event: str | None, body: Mapping[str, Any]) -> None:
-        """A watch event of a MiniCluster."""
+    def observe_owner(self, kind: Kind, event: str | None, body: Mapping[str, Any]) -> None:
+        """A watch event of an object of a kind whose operator makes its gang object (a
+        MiniCluster): pending while stored, until its gang object says otherwise."""
         meta = body.get("metadata") or {}
-        key: GangKey = (MINICLUSTER.name, meta.get("namespace") or "", meta.get("name") or "")
-        queue = None if event == "DELETED" else _queue_of(MINICLUSTER, body)
-        self._observe(key, MINICLUSTER.name, queue, None if queue is None else True)
+        key: GangKey = (kind.name, meta.get("namespace") or "", meta.get("name") or "")
+        queue = None if event == "DELETED" else _queue_of(kind, body)
+        self._observe(key, kind.name, queue, None if queue is None else True)
 
     def _observe(
         self, key: GangKey, kind: KindName, queue: str | None, pending: bool | None

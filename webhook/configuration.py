@@ -7,20 +7,55 @@ static manifest for in-cluster installs (service reference; caBundle injected by
 - `labelled`: objects with a `muster.dev/queue` label, in any namespace but the excluded ones;
 - `namespace-default`: unlabelled objects in namespaces that name a default queue with the
   `muster.dev/queue` label (only when manageJobsWithoutQueueName is off);
-- `all` (manageJobsWithoutQueueName on): every object outside the excluded namespaces.
+- `all` (manageJobsWithoutQueueName on): every object outside the excluded namespaces;
+- for a kind whose gang object is a set of pods (a pod group), one entry for pods that carry its
+  member label (`pods-podgroup`), whatever the settings: no other pod is ever sent to muster, so
+  a webhook outage cannot block a pod that did not opt in. Its failurePolicy is Fail, as for the
+  other kinds: while the webhook is down an opted-in pod is refused at create (its operator
+  retries) rather than let through ungated, where it would run outside its gang's admission.
+
+Creates are reviewed with failurePolicy Fail: nothing is stored past muster unsuspended and
+unstamped. Updates of labelled objects (`updates`: an objectSelector matches an UPDATE when the
+old or the new object matches, so removing the label, or adding it, is reviewed too) with
+failurePolicy Ignore: muster's own writes to the objects it admits, evicts and restores are
+updates too, and the controller must go on admitting and evicting while its webhook is down; what
+an update gets past a webhook that is down, the controller finds (docs/reliability.md). A pod
+group's pods get no update review: Kubernetes does not let a pod's requests, node selector or
+tolerations change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
+from policies.kinds import JOB, MINICLUSTER, Kind
+from policies.kinds.registry import KINDS, pod_gang
 from policies.vocabulary import QUEUE
 from webhook.decision import WebhookSettings
 
 NAME: Final = "muster.dev"
-JOB_PATH: Final = "muster-job-create"
-MINICLUSTER_PATH: Final = "muster-minicluster-create"
+
+
+def path_of(kind: Kind) -> str:
+    """The webhook path a kind's creates are reviewed at (`muster-job-create`, ...)."""
+    return f"muster-{kind.name.lower()}-create"
+
+
+def update_path_of(kind: Kind) -> str:
+    """The webhook path a kind's updates are reviewed at (`muster-job-update`, ...)."""
+    return f"muster-{kind.name.lower()}-update"
+
+
+JOB_PATH: Final = path_of(JOB)
+MINICLUSTER_PATH: Final = path_of(MINICLUSTER)
+PATHS: Final[Mapping[str, Kind]] = {path_of(kind): kind for kind in KINDS.values()}
+"""Every kind muster admits, by its webhook path."""
+UPDATE_PATHS: Final[Mapping[str, Kind]] = {
+    update_path_of(kind): kind for kind in KINDS.values() if pod_gang(kind) is None
+}
+"""Every kind muster admits through a gang object of its own, by the path its updates are
+reviewed at (a pod group's pods get no update review: `build_configuration`)."""
 
 
 def _client_config(
@@ -38,14 +73,46 @@ def _client_config(
     return config
 
 
-def _rule(group: str, version: str, resource: str) -> dict[str, Any]:
+def _versions(kind: Kind) -> str:
+    # A CRD's served versions change more often than the Job's: any version, the apiserver
+    # converts (matchPolicy: Equivalent).
+    return "v1" if kind.api.group in ("batch", "") else "*"
+
+
+def _rule(group: str, version: str, resource: str, operation: str = "CREATE") -> dict[str, Any]:
     return {
         "apiGroups": [group],
         "apiVersions": [version],
         "resources": [resource],
-        "operations": ["CREATE"],
+        "operations": [operation],
         "scope": "Namespaced",
     }
+
+
+def _webhook(
+    name: str,
+    path: str,
+    rule: dict[str, Any],
+    client: Mapping[str, Any],
+    namespaces: list[dict[str, Any]],
+    objects: list[dict[str, Any]],
+    failure_policy: str,
+) -> dict[str, Any]:
+    webhook: dict[str, Any] = {
+        "name": name,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": _client_config(path, **client),
+        "rules": [rule],
+        "failurePolicy": failure_policy,
+        "sideEffects": "None",
+        "timeoutSeconds": 3,
+        "matchPolicy": "Equivalent",
+        "reinvocationPolicy": "Never",
+        "namespaceSelector": {"matchExpressions": namespaces},
+    }
+    if objects:
+        webhook["objectSelector"] = {"matchExpressions": objects}
+    return webhook
 
 
 def build_configuration(
@@ -54,27 +121,25 @@ def build_configuration(
     url: str | None = None,
     service: Mapping[str, Any] | None = None,
     ca_bundle: str | None = None,
-    include_miniclusters: bool = True,
+    kinds: Collection[str] | None = None,
 ) -> dict[str, Any]:
-    """The whole MutatingWebhookConfiguration object."""
+    """The whole MutatingWebhookConfiguration object, for ``kinds`` (names; None: every kind
+    muster admits; the caller leaves out a kind whose API the cluster does not serve)."""
     excluded = {
         "key": "kubernetes.io/metadata.name",
         "operator": "NotIn",
         "values": sorted(settings.excluded_namespaces),
     }
-    targets: list[tuple[str, str, dict[str, Any]]] = [
-        ("jobs", JOB_PATH, _rule("batch", "v1", "jobs"))
-    ]
-    if include_miniclusters:
-        targets.append(
-            ("miniclusters", MINICLUSTER_PATH, _rule("flux-framework.org", "*", "miniclusters"))
-        )
-    variants: Sequence[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]]
+    chosen = [kind for kind in KINDS.values() if kinds is None or kind.name in kinds]
+    client = {"url": url, "service": service, "ca_bundle": ca_bundle}
+    labelled = [{"key": QUEUE, "operator": "Exists"}]
+    Variants = Sequence[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]]
+    variants: Variants
     if settings.manage_jobs_without_queue_name:
         variants = [("all", [excluded], [])]
     else:
         variants = [
-            ("labelled", [excluded], [{"key": QUEUE, "operator": "Exists"}]),
+            ("labelled", [excluded], labelled),
             (
                 "namespace-default",
                 [excluded, {"key": QUEUE, "operator": "Exists"}],
@@ -82,23 +147,44 @@ def build_configuration(
             ),
         ]
     webhooks = []
-    for kind, path, rule in targets:
-        for variant, ns_exprs, obj_exprs in variants:
-            webhook: dict[str, Any] = {
-                "name": f"{kind}-{variant}.{NAME}",
-                "admissionReviewVersions": ["v1"],
-                "clientConfig": _client_config(path, url=url, service=service, ca_bundle=ca_bundle),
-                "rules": [rule],
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "timeoutSeconds": 3,
-                "matchPolicy": "Equivalent",
-                "reinvocationPolicy": "Never",
-                "namespaceSelector": {"matchExpressions": ns_exprs},
-            }
-            if obj_exprs:
-                webhook["objectSelector"] = {"matchExpressions": obj_exprs}
-            webhooks.append(webhook)
+    for kind in chosen:
+        plural, versions = kind.api.plural, _versions(kind)
+        rule = _rule(kind.api.group, versions, plural)
+        gang = pod_gang(kind)
+        opted_in: Variants = (
+            [(kind.name.lower(), [excluded], [{"key": gang.member_label, "operator": "Exists"}])]
+            if gang is not None
+            else variants
+        )
+        for variant, ns_exprs, obj_exprs in opted_in:
+            webhooks.append(
+                _webhook(
+                    f"{plural}-{variant}.{NAME}",
+                    path_of(kind),
+                    rule,
+                    client,
+                    ns_exprs,
+                    obj_exprs,
+                    "Fail",
+                )
+            )
+    # Updates: of the kinds held through a gang object of their own. A pod group's members are
+    # pods, whose requests, node selector and tolerations Kubernetes does not let change.
+    for kind in chosen:
+        if pod_gang(kind) is not None:
+            continue
+        plural, versions = kind.api.plural, _versions(kind)
+        webhooks.append(
+            _webhook(
+                f"{plural}-updates.{NAME}",
+                update_path_of(kind),
+                _rule(kind.api.group, versions, plural, "UPDATE"),
+                client,
+                [excluded],
+                labelled,
+                "Ignore",
+            )
+        )
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",

@@ -4,7 +4,7 @@ Namespaces (their default-queue label), Queues (names, `spec.limits`, and the sp
 reads, for `webhook.neverfits`) and MiniClusters (their stamps, and their phase for
 `webhook.backlog`: pending gangs per queue, for the limits) are watched with `@kopf.on.event`,
 which writes nothing to the objects. Managed Jobs, far busier, reach the backlog through a lean
-stream that `muster run` runs while some Queue sets `spec.limits` (`admission.streamwatch`;
+stream that `muster run` runs while some Queue sets `spec.limits` (`kubeport.streamwatch`;
 the backlog serves nothing else); Nodes reach the never-fits check
 through another. `muster run` fills the state with one LIST of each before the server starts,
 so the first review already sees the whole cluster.
@@ -24,26 +24,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 import kopf
 
-from admission.gangs import queue_from
+from policies.kinds import Kind
+from policies.kinds.registry import KINDS, made_by_operator
 from policies.model import PolicyError
+from policies.objects import queue_from
 from policies.phase import NO_LIMITS, parse_queue_limits
 from policies.submitted import SubmissionClock
 from policies.vocabulary import SUBMITTED
-from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
+from webhook.configuration import PATHS, UPDATE_PATHS
 from webhook.decision import AdmissionRejected, WebhookSettings
-from webhook.review import WebhookState, decide
+from webhook.review import WebhookState, decide, decide_change
 from webhook.server import WebhookServer
 from webhook.serving import ServingCertificate
 
 logger = logging.getLogger("muster.webhook")
 
 QUEUE_RESOURCE = ("muster.dev", "v1alpha1", "queues")
-MINICLUSTER_RESOURCE = ("flux-framework.org", "v1alpha2", "miniclusters")
 
 
 def stamp_of(body: Mapping[str, Any]) -> str | None:
@@ -119,8 +120,9 @@ def register_kopf_mutate(
     clock: SubmissionClock,
     server: tuple[str, int, ServingCertificate],
 ) -> None:
-    """Register `@kopf.on.mutate` handlers for Job and MiniCluster CREATE, the watches, and kopf's
-    server (`kopf_server` on `server`: address, port, certificate) with the certificate's reload.
+    """Register `@kopf.on.mutate` handlers for every kind's CREATE and UPDATE, the watches, and
+    kopf's server (`kopf_server` on `server`: address, port, certificate) with the
+    certificate's reload.
 
     The handler ids are the URL paths the MutatingWebhookConfiguration names (kopf serves each
     handler at `/<id>`), so the configuration muster writes fits either server. muster, not
@@ -141,43 +143,65 @@ def register_kopf_mutate(
         for task in reloads:
             task.cancel()
 
-    def mutate(path: str) -> Any:
-        def handler(
-            body: Mapping[str, Any],
-            patch: kopf.Patch,
-            warnings: list[str],
-            dryrun: bool = False,
-            **_: Any,
-        ) -> None:
-            namespace = (body.get("metadata") or {}).get("namespace") or ""
-            try:
-                decision = decide(
-                    path,
-                    body,
-                    namespace=namespace,
-                    state=state,
-                    settings=settings,
-                    stamp=clock.stamp,
-                    dry_run=dryrun,
-                )
-            except AdmissionRejected as exc:
-                raise kopf.AdmissionError(str(exc), code=exc.code) from None
-            assert decision is not None, path  # both paths are muster's
-            for key, value in decision.patch.items():
-                patch[key] = value
-            warnings.extend(decision.warnings)
-
-        return handler
-
-    for path, resource in (
-        (JOB_PATH, ("batch", "v1", "jobs")),
-        (MINICLUSTER_PATH, MINICLUSTER_RESOURCE),
-    ):
-        kopf.on.mutate(
-            *resource, id=path, operation="CREATE", side_effects=False, registry=registry
-        )(mutate(path))
+    routes: tuple[tuple[Mapping[str, Kind], Literal["CREATE", "UPDATE"], bool], ...] = (
+        (PATHS, "CREATE", False),
+        (UPDATE_PATHS, "UPDATE", True),
+    )
+    for paths, operation, update in routes:
+        for path, kind in paths.items():
+            kopf.on.mutate(
+                kind.api.group,
+                kind.api.version,
+                kind.api.plural,
+                id=path,
+                operation=operation,
+                side_effects=False,
+                registry=registry,
+            )(_kopf_handler(path, state, settings, clock, update=update))
 
     register_watches(registry, state)
+
+
+def _kopf_handler(
+    path: str,
+    state: WebhookState,
+    settings: WebhookSettings,
+    clock: SubmissionClock,
+    *,
+    update: bool,
+) -> Callable[..., None]:
+    """kopf's handler for the reviews at `/<path>`: a create's (`decide`) or, with ``update``,
+    an update's (`decide_change`, with kopf's `old`)."""
+
+    def handler(
+        body: Mapping[str, Any],
+        patch: kopf.Patch,
+        warnings: list[str],
+        old: Mapping[str, Any] | None = None,
+        dryrun: bool = False,
+        **_: Any,
+    ) -> None:
+        common: dict[str, Any] = {
+            "namespace": (body.get("metadata") or {}).get("namespace") or "",
+            "state": state,
+            "settings": settings,
+            "stamp": clock.stamp,
+            "dry_run": dryrun,
+        }
+        try:
+            if update:
+                changed = decide_change(path, old or {}, body, **common)
+            else:
+                decision = decide(path, body, **common)
+                changed = None if decision is None else (decision.patch, decision.warnings)
+        except AdmissionRejected as exc:
+            raise kopf.AdmissionError(str(exc), code=exc.code) from None
+        assert changed is not None, path  # every path is muster's
+        for key, value in changed[0].items():
+            patch[key] = value
+        warnings.extend(changed[1])
+
+    return handler
 
 
 def register_watches(registry: kopf.OperatorRegistry, state: WebhookState) -> None:
@@ -205,14 +229,23 @@ def register_watches(registry: kopf.OperatorRegistry, state: WebhookState) -> No
                 set_queue(state, body)
             state.note_limits_changed()
 
-    @kopf.on.event(*MINICLUSTER_RESOURCE, registry=registry)
-    def watch_minicluster(
+    for kind in KINDS.values():
+        if made_by_operator(kind):
+            register_owner_watch(registry, state, kind)
+
+
+def register_owner_watch(registry: kopf.OperatorRegistry, state: WebhookState, kind: Kind) -> None:
+    """Watch the objects of a kind whose operator makes their gang object (a MiniCluster): their
+    stamps (the gang object gets its owner's) and, for the limits, that they are pending."""
+
+    @kopf.on.event(kind.api.group, kind.api.version, kind.api.plural, registry=registry)
+    def watch_owner(
         type: str | None, namespace: str | None, name: str, body: Mapping[str, Any], **_: Any
     ) -> None:
-        key = (namespace or "", name)
-        state.backlog.observe_minicluster(type, body)
+        key = (kind.name, namespace or "", name)
+        state.backlog.observe_owner(kind, type, body)
         stamp = stamp_of(body)
         if type == "DELETED" or not stamp:
-            state.minicluster_stamps.pop(key, None)
+            state.owner_stamps.pop(key, None)
         else:
-            state.minicluster_stamps[key] = stamp
+            state.owner_stamps[key] = stamp

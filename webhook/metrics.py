@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from admission.kubeapi import ApiError, ApiUnreachable
-from admission.statusauth import Access, OpenAccess
+from kubeport.kubeapi import ApiError, ApiUnreachable
+from kubeport.statusauth import Access, OpenAccess
 from webhook.review import WebhookState
 
 logger = logging.getLogger("muster.webhook")
@@ -40,7 +40,7 @@ class _WebhookCollector(Collector):
         )
         depths = dict(self.state.backlog.depths())
         # Only the limited queues: the webhook follows managed Jobs only while some Queue sets
-        # limits (muster.commands.run.ManagedJobs); muster_pending_gangs counts every queue.
+        # limits (webhook.loading.ManagedJobs); muster_pending_gangs counts every queue.
         for queue in sorted(self.state.limits):
             depth.add_metric([queue], float(depths.get(queue, 0)))
         yield depth
@@ -96,7 +96,7 @@ class MetricsServer:
         return web.json_response({"ready": self.ready})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        # The same rule as the controller's /metrics (admission/statusauth.py): a bearer token
+        # The same rule as the controller's /metrics (kubeport/statusauth.py): a bearer token
         # whose user may get the non-resource URL /metrics.
         try:
             caller = await self.access.caller(request.headers.get("Authorization"))

@@ -4,7 +4,7 @@ The controller rejects a gang larger than its queue could ever get (nominal plus
 borrow through its cohort tree) or than every node together (NeverFits), and marks it Failed
 after `--fail-rejected-after`. The webhook says so at create instead, with the same numbers:
 `NeverFitsCheck` keeps what the controller plans with (the Ready queues' specs, the nodes as
-`admission.gangs.node_from` reads them) and asks the planner's own screen
+`policies.objects.node_from` reads them) and asks the planner's own screen
 (`policies.planner.NeverFitsScreen`) about the gang `admission.gangs.job_record` reads from
 the object as stored (`gang_at_create`), as the controller will. A queue's `spec.neverFits`
 says what to do: `Warn` (allow, with a warning kubectl prints) or `Reject` (refuse the create).
@@ -21,10 +21,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from admission.gangs import gang_of, node_from
 from policies.decisions import Reason
 from policies.kinds import Kind
+from policies.kinds.reading import gang_of
+from policies.kinds.registry import kind_named
 from policies.model import Gang, NeverFitsAction, Node, PolicyError, Queue, QueueTree
+from policies.objects import node_from
 from policies.planner import NeverFitsScreen
 from policies.readiness import queue_readiness
 
@@ -155,12 +157,13 @@ def gang_at_create(
     kind: Kind, obj: Mapping[str, Any], namespace: str, patch: Mapping[str, Any]
 ) -> Gang:
     """The gang the controller will read once `obj` is stored with the webhook's merge `patch`:
-    `admission.gangs.job_record` of the object's Job (`Kind.gang_job`: a Job itself, a
-    MiniCluster's through the Job its operator makes from `spec.jobLabels`), by `gang_of`,
-    its reader of the gang alone."""
+    the gang of the object's gang object (`Kind.gang_object`: the object itself, a
+    MiniCluster's through the Job its operator makes from `spec.jobLabels`), read by the
+    controller's own reader (`policies.kinds.reading.gang_of`, the gang alone)."""
     meta = dict(obj.get("metadata") or {})
     meta.setdefault("namespace", namespace)
-    return gang_of(kind.gang_job(_merged({**obj, "metadata": meta}, patch)))
+    gang_object = kind.gang_object(_merged({**obj, "metadata": meta}, patch))
+    return gang_of(kind_named(str(gang_object.get("kind") or "")), gang_object)
 
 
 def _merged(obj: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:

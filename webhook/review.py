@@ -15,20 +15,24 @@ from typing import Any
 
 import orjson
 
-from policies.kinds import JOB, MINICLUSTER, Kind, KindName
+from policies.kinds import KindName
 from policies.kinds.fields import pointer
+from policies.kinds.members import PodGang
+from policies.kinds.registry import owner_of, pod_gang
 from policies.model import Gang
 from policies.phase import QueueLimits
+from policies.vocabulary import GANG
 from webhook.backlog import Backlog
-from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
+from webhook.configuration import PATHS, UPDATE_PATHS, path_of
 from webhook.decision import (
     AdmissionRejected,
     Decision,
+    MergePatch,
     WebhookSettings,
-    decide_job,
-    decide_minicluster,
-    is_minicluster_ref,
+    decide_create,
+    decide_update,
 )
+from webhook.members import MemberBook, decide_member_create
 from webhook.neverfits import NeverFitsCheck, gang_at_create
 
 JsonPatch = list[dict[str, Any]]
@@ -41,13 +45,19 @@ class WebhookState:
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     queues: set[str] | None = None
     """Names of existing Queues; None when the Queue CRD is not installed (nothing to check)."""
-    minicluster_stamps: dict[tuple[str, str], str] = field(default_factory=dict)
+    owner_stamps: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    """(kind, namespace, name) -> `muster.dev/submitted` of the objects of kinds whose operator
+    makes their gang object (a MiniCluster's Job gets its MiniCluster's stamp)."""
     limits: dict[str, QueueLimits] = field(default_factory=dict)
     """Each Queue's `spec.limits`, for the queues that set one."""
     backlog: Backlog = field(default_factory=lambda: Backlog(time.monotonic))
     """Pending gangs per queue and namespace, fed by the Job and MiniCluster watches."""
     never_fits: NeverFitsCheck = field(default_factory=NeverFitsCheck)
     """The Queues' specs and the Nodes, to tell a gang that can never run (issue #15)."""
+    members: MemberBook = field(default_factory=MemberBook)
+    """The pods of each pod group, so a pod that disagrees with its group is refused."""
+    native_gangs: bool = False
+    """The cluster serves PodGroups (discovery at start): new gangs are linked to theirs."""
     limits_changed: Callable[[], None] | None = None
     """Called after a Queue's `spec.limits` came, changed or went (`muster run` follows the
     managed Jobs only while some Queue sets limits)."""
@@ -153,26 +163,25 @@ def decide(
         "known_queues": state.known_queues(),
         "settings": settings,
     }
-    name = (obj.get("metadata") or {}).get("name") or ""
-    kind: Kind
-    if path == JOB_PATH:
-        kind = JOB
-        owner_stamp = None
-        owned_by_minicluster = False
-        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-            if ref.get("controller") and is_minicluster_ref(ref):
-                owned_by_minicluster = True
-                owner_stamp = state.minicluster_stamps.get((namespace, ref.get("name", "")))
-        decision = decide_job(obj, **common, stamp=stamp(), owner_stamp=owner_stamp)
-        # A MiniCluster's Job is not a new gang: its MiniCluster was checked and counted when
-        # created.
-        if owned_by_minicluster:
-            return decision
-    elif path == MINICLUSTER_PATH:
-        kind = MINICLUSTER
-        decision = decide_minicluster(obj, **common, stamp=stamp())
-    else:
+    meta = obj.get("metadata") or {}
+    name = meta.get("name") or ""
+    kind = PATHS.get(path)
+    if kind is None:
         return None
+    gang = pod_gang(kind)
+    if gang is not None:
+        return _decide_member(gang, obj, common, state, stamp(), dry_run)
+    owner = owner_of(meta)
+    owner_stamp = None
+    if owner is not None:
+        owner_stamp = state.owner_stamps.get((owner[0].name, namespace, owner[1]))
+    decision = decide_create(
+        kind, obj, **common, stamp=stamp(), owner_stamp=owner_stamp, native=state.native_gangs
+    )
+    # An object made by a kind muster admits is not a new gang: its owner was checked and
+    # counted when created.
+    if owner is not None:
+        return decision
     if decision.managed and (queue := decision.queue) is not None:
         decision = _screen(
             state,
@@ -182,6 +191,34 @@ def decide(
             kind.size_fields,
         )
         _admit_gang(state, kind.name, namespace, name, queue, dry_run)
+    return decision
+
+
+def _decide_member(
+    kind: PodGang,
+    pod: Mapping[str, Any],
+    common: Mapping[str, Any],
+    state: WebhookState,
+    stamp: str,
+    dry_run: bool,
+) -> Decision:
+    """A created pod of a pod gang (`webhook.members`): its group's first pod is screened like
+    any new gang (never fits), the next ones are checked against it. A pod group is not
+    counted against a Queue's `spec.limits` (a pod's create is not a gang's)."""
+    decision, member = decide_member_create(kind, pod, **common, stamp=stamp, book=state.members)
+    if member is None or (queue := decision.queue) is None:
+        return decision
+    key = (kind.name, str(common["namespace"]), str(decision.patch["metadata"]["labels"][GANG]))
+    if state.members.first(key) is None:
+        decision = _screen(
+            state,
+            decision,
+            queue,
+            partial(gang_at_create, kind, pod, str(common["namespace"]), decision.patch),
+            kind.size_fields,
+        )
+    if not dry_run:
+        state.members.allow(key, member)
     return decision
 
 
@@ -248,6 +285,47 @@ def _admit_gang(
         raise QueueFull(refusal.message)
 
 
+def decide_change(
+    path: str,
+    old: Mapping[str, Any],
+    obj: Mapping[str, Any],
+    *,
+    namespace: str,
+    state: WebhookState,
+    settings: WebhookSettings,
+    stamp: Callable[[], str],
+    dry_run: bool = False,
+) -> tuple[MergePatch, tuple[str, ...]] | None:
+    """The merge patch and warnings for updating `old` to `obj` through the webhook at
+    `/<path>` (a kind's update path); None for no such path. Raises AdmissionRejected (and
+    QueueFull, for an object that joins a full queue). Used by both servers."""
+    kind = UPDATE_PATHS.get(path)
+    if kind is None:
+        return None
+    decision = decide_update(
+        kind,
+        old,
+        obj,
+        namespace=namespace,
+        namespace_labels=state.namespace_labels.get(namespace, {}),
+        settings=settings,
+    )
+    if not decision.join:
+        return decision.patch, ()
+    # Joining a queue is submitting a new gang: held, stamped, screened and counted as a create.
+    created = decide(
+        path_of(kind),
+        obj,
+        namespace=namespace,
+        state=state,
+        settings=settings,
+        stamp=stamp,
+        dry_run=dry_run,
+    )
+    assert created is not None, path
+    return created.patch, created.warnings
+
+
 def review_response(
     review: Mapping[str, Any],
     *,
@@ -256,31 +334,45 @@ def review_response(
     settings: WebhookSettings,
     stamp: Callable[[], str],
 ) -> dict[str, Any]:
-    """Answer one AdmissionReview sent to `/<path>` (JOB_PATH or MINICLUSTER_PATH)."""
+    """Answer one AdmissionReview sent to `/<path>`: a create to a kind's path
+    (`configuration.PATHS`), an update to its update path (`configuration.UPDATE_PATHS`);
+    anything else is allowed as it is."""
     request = review.get("request") or {}
     obj: Mapping[str, Any] = request.get("object") or {}
     namespace = request.get("namespace") or (obj.get("metadata") or {}).get("namespace") or ""
-    if request.get("operation") != "CREATE":
-        return _response(review, allowed=True)
+    operation = request.get("operation")
+    dry_run = bool(request.get("dryRun"))
+    answer: tuple[MergePatch, Collection[str]] | None
     try:
-        decision = decide(
-            path,
-            obj,
-            namespace=namespace,
-            state=state,
-            settings=settings,
-            stamp=stamp,
-            dry_run=bool(request.get("dryRun")),
-        )
+        if operation == "UPDATE" and path in UPDATE_PATHS:
+            answer = decide_change(
+                path,
+                request.get("oldObject") or {},
+                obj,
+                namespace=namespace,
+                state=state,
+                settings=settings,
+                stamp=stamp,
+                dry_run=dry_run,
+            )
+        elif operation == "CREATE":
+            decision = decide(
+                path,
+                obj,
+                namespace=namespace,
+                state=state,
+                settings=settings,
+                stamp=stamp,
+                dry_run=dry_run,
+            )
+            answer = None if decision is None else (decision.patch, decision.warnings)
+        else:
+            return _response(review, allowed=True)
     except AdmissionRejected as exc:
         return _response(review, allowed=False, message=str(exc), code=exc.code)
-    if decision is None:
+    if answer is None:
         return _response(
             review, allowed=False, message=f"muster has no webhook at /{path}", code=404
         )
-    return _response(
-        review,
-        allowed=True,
-        patch=json_patch(obj, decision.patch),
-        warnings=decision.warnings,
-    )
+    patch, warnings = answer
+    return _response(review, allowed=True, patch=json_patch(obj, patch), warnings=warnings)

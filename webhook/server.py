@@ -11,9 +11,10 @@ and for TLS through a memory BIO (OpenSSL writes into a buffer, the loop copies 
 socket, and back), about twice what the decision costs (docs/benchmarks.md). Here a
 connection's thread reads with OpenSSL straight from the socket, parses, answers and writes, and
 sleeps in `recv` (without the GIL) between reviews; the operator's event loop (kopf's watches)
-is not on the review's path. A review is: find the end of the headers, read `Content-Length`,
-decode the body (orjson: a review decodes in less than half the time of the standard library's
-`json`), answer. What the apiserver's client does not send is refused plainly: a chunked body
+is not on the review's path. A review is: find the end of the headers, read `Content-Length`
+(`kubeport.httpwire`: the request head as the status service reads it too), decode the body
+(orjson: a review decodes in less than half the time of the standard library's `json`),
+answer. What the apiserver's client does not send is refused plainly: a chunked body
 (411), a body over `MAX_BODY` (413), headers over `MAX_HEAD` (431), any method but POST (405).
 A connection silent for `idle_timeout` seconds is closed (the apiserver's own client
 drops idle ones after 90 s); at most `MAX_CONNECTIONS` are served at once (the apiserver keeps
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from kubeport.httpwire import REASONS, HttpError, content_length, head_end, parse_head
 from policies.submitted import SubmissionClock
 from webhook.decision import WebhookSettings
 from webhook.review import WebhookState, review_response
@@ -61,24 +63,6 @@ closes the connection early (431, 413, ...), so that closing with unread bytes d
 the connection before the client has read the answer."""
 _READ = 256 * 1024
 """Bytes asked of one `recv_into`."""
-
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    411: "Length Required",
-    413: "Content Too Large",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    505: "HTTP Version Not Supported",
-}
-
-
-class _HttpError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass
@@ -106,14 +90,14 @@ class WebhookServer:
     _stopping: bool = False
 
     def answer(self, path: str, body: bytes) -> bytes:
-        """The JSON answer to one review posted to `/<path>`; raises _HttpError (400) for a
+        """The JSON answer to one review posted to `/<path>`; raises HttpError (400) for a
         body that is not a JSON object."""
         try:
             review = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
-            raise _HttpError(400, f"not an AdmissionReview: {exc}") from None
+            raise HttpError(400, f"not an AdmissionReview: {exc}") from None
         if not isinstance(review, dict):
-            raise _HttpError(400, "not an AdmissionReview: the body is not a JSON object")
+            raise HttpError(400, "not an AdmissionReview: the body is not a JSON object")
         response = review_response(
             review, path=path, state=self.state, settings=self.settings, stamp=self.clock.stamp
         )
@@ -257,7 +241,7 @@ class _Connection:
         while True:
             try:
                 request = _take_request(buffer)
-            except _HttpError as exc:
+            except HttpError as exc:
                 self._send(exc.status, _error_body(exc), keep_alive=False)
                 self._linger(view)
                 return
@@ -273,7 +257,7 @@ class _Connection:
             try:
                 answer = self.server.answer(path, body)
                 status = 200
-            except _HttpError as exc:
+            except HttpError as exc:
                 status, answer = exc.status, _error_body(exc)
             except Exception:  # a bug in a decision: answer 500, keep serving
                 logger.exception("webhook review at /%s failed", path)
@@ -285,7 +269,7 @@ class _Connection:
 
     def _send(self, status: int, body: bytes, keep_alive: bool) -> None:
         head = (
-            f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"
+            f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\n"
             "Content-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n"
             + ("" if keep_alive else "Connection: close\r\n")
@@ -305,57 +289,31 @@ class _Connection:
                     return
 
 
-def _error_body(exc: _HttpError) -> bytes:
+def _error_body(exc: HttpError) -> bytes:
     return orjson.dumps({"message": str(exc)})
 
 
 def _take_request(buffer: bytearray) -> tuple[str, bytes, bool] | None:
     """The first whole request in `buffer` (removed from it): (path without its leading slash,
     body, keep the connection open after it), or None while it is incomplete. Raises
-    _HttpError for a request that is answered with an error and the connection closed."""
-    end = buffer.find(b"\r\n\r\n")
+    HttpError for a request that is answered with an error and the connection closed."""
+    end = head_end(buffer, MAX_HEAD)
     if end < 0:
-        if len(buffer) > MAX_HEAD:
-            raise _HttpError(431, f"request line and headers over {MAX_HEAD} bytes")
         return None
-    if end > MAX_HEAD:
-        raise _HttpError(431, f"request line and headers over {MAX_HEAD} bytes")
-    lines = bytes(buffer[:end]).decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise _HttpError(505 if len(parts) == 3 else 400, f"not an HTTP/1.x request: {lines[0]!r}")
-    method, target, version = parts
-    length: int | None = None
-    connection = ""
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep:
-            raise _HttpError(400, f"malformed header line {line!r}")
-        name = name.strip().lower()
-        if name == "content-length":
-            try:
-                length = int(value.strip())
-            except ValueError:
-                raise _HttpError(400, f"bad Content-Length {value.strip()!r}") from None
-            if length < 0:
-                raise _HttpError(400, f"bad Content-Length {value.strip()!r}")
-        elif name == "transfer-encoding":
-            raise _HttpError(411, "send the review with a Content-Length, not chunked")
-        elif name == "connection":
-            connection = value.strip().lower()
-    if method != "POST":
-        raise _HttpError(405, f"{method} {target}: the webhook answers POST only")
+    head = parse_head(bytes(buffer[:end]))
+    length = content_length(head, "review")
+    if head.method != "POST":
+        raise HttpError(405, f"{head.method} {head.target}: the webhook answers POST only")
     if length is None:
-        raise _HttpError(411, "a review needs a Content-Length")
+        raise HttpError(411, "a review needs a Content-Length")
     if length > MAX_BODY:
-        raise _HttpError(413, f"a review of {length} bytes is over {MAX_BODY}")
+        raise HttpError(413, f"a review of {length} bytes is over {MAX_BODY}")
     start = end + 4
     if len(buffer) < start + length:
         return None
     body = bytes(buffer[start : start + length])
     del buffer[: start + length]
-    path = target.split("?", 1)[0]
+    path = head.target.split("?", 1)[0]
     if not path.startswith("/") or "/" in path[1:] or path == "/":
-        raise _HttpError(404, f"no webhook at {path}")
-    keep_alive = connection != "close" and (version != "HTTP/1.0" or connection == "keep-alive")
-    return path[1:], body, keep_alive
+        raise HttpError(404, f"no webhook at {path}")
+    return path[1:], body, head.keep_alive

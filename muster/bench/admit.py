@@ -30,12 +30,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from admission import kubeapi
 from admission.crd import queue_crd
-from admission.kubeapi import ApiError, KubeClient
 from admission.launcher import LaunchError, MusterRun, launch
+from kubeport import kubeapi
+from kubeport.kubeapi import ApiError, KubeClient
+from muster.bench.harness import BenchCluster, bench_cluster, job_body
 from policies.vocabulary import ADMITTED
-from simulator.controlplane.cluster import LocalCluster, NodeShape
+from simulator.controlplane.cluster import LocalCluster
 from simulator.kwok_watch import WatchCache
 
 QUEUES = kubeapi.QUEUES.path()
@@ -62,42 +63,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  muster bench admit --jobs 5000 --nodes 1000 --json\n"
         "  muster bench admit --jobs 2000 --backlog 5000 --rss-pending 10000"
     )
-
-
-def job_body(
-    name: str,
-    queue: str | None,
-    suspend: bool = False,
-    pods: int = 1,
-    runtime: str | None = "2s",
-) -> dict[str, Any]:
-    """A Job of `pods` pods of 100m cpu that tolerate kwok's nodes and succeed after `runtime`
-    (kwok's Stage `muster-pod-complete`; None: they run until deleted), labelled for `queue`
-    when one is given."""
-    labels = {"muster.dev/queue": queue} if queue else {}
-    template_meta = {"annotations": {"muster.dev/runtime": runtime}} if runtime else {}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "suspend": suspend,
-            "template": {
-                "metadata": template_meta,
-                "spec": {
-                    "restartPolicy": "Never",
-                    "tolerations": [
-                        {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
-                    ],
-                    "containers": [
-                        {"name": "m", "image": "x", "resources": {"requests": {"cpu": "100m"}}}
-                    ],
-                },
-            },
-        },
-    }
 
 
 def _rss_mb(pid: int) -> float:
@@ -134,7 +99,7 @@ def per_gang(calls: dict[str, float], gangs: int) -> dict[str, float]:
 
 
 def cpu_of(pids: dict[str, int]) -> dict[str, float]:
-    from simulator.controlplane.cluster import cpu_seconds
+    from simulator.controlplane.processes import cpu_seconds
 
     out = {}
     for name, pid in pids.items():
@@ -254,16 +219,13 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(message, file=sys.stderr, flush=True)
 
-    cluster = None
-    observed: LocalCluster | None = None
-    if args.kubeconfig:
-        kubeconfig = Path(args.kubeconfig)
-        observed = LocalCluster.of_kubeconfig(kubeconfig)
-    else:
-        cluster = LocalCluster(name=args.name, log=say)
-        cluster.up(nodes=args.nodes, shape=NodeShape())
-        kubeconfig = cluster.kubeconfig
-        observed = cluster
+    with bench_cluster(args.kubeconfig, name=args.name, nodes=args.nodes, log=say) as cluster:
+        return _run_on(cluster, args, say)
+
+
+def _run_on(cluster: BenchCluster, args: argparse.Namespace, say: Callable[[str], None]) -> int:
+    """Steps 2 to 6 on the cluster of step 1."""
+    kubeconfig, observed = cluster.kubeconfig, cluster.local
     client = KubeClient.from_kubeconfig(kubeconfig)
     procs: list[MusterRun] = []
     watches: list[AdmissionWatch] = []
@@ -311,8 +273,6 @@ def run(args: argparse.Namespace) -> int:
             with contextlib.suppress(ApiError, OSError):
                 client.delete(kubeapi.NAMESPACES.path(name=name))
         client.close()
-        if cluster is not None:
-            cluster.down(quiet=True)
 
 
 def create_namespaces_and_queues(
@@ -342,7 +302,7 @@ def _raw_patch_rate(client: KubeClient, raw_ns: str, args: argparse.Namespace) -
 
     raw_jobs = [f"raw-{i}" for i in range(64)]
     for name in raw_jobs:
-        client.create(kubeapi.JOBS.path(raw_ns), job_body(name, None, True))
+        client.create(kubeapi.JOBS.path(raw_ns), job_body(name, None, suspend=True))
     raw = measure_patches(client, raw_ns, raw_jobs, args.patches, args.concurrency)
     return float(raw["patch_per_s"])
 

@@ -14,17 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
-from admission import kubeapi
-from admission.kubeapi import ApiError, KubeClient
+from kubeport import kubeapi
+from kubeport.kubeapi import ApiError, KubeClient
+from muster.bench.harness import bench_cluster
+from policies.percentiles import percentile_of_sorted
 
 BENCH_NAMESPACE = "muster-bench"
 
@@ -142,8 +142,8 @@ def measure_patches(
     latencies.sort()
     return {
         "patch_per_s": patches / wall,
-        "p50_ms": statistics.median(latencies) * 1000,
-        "p99_ms": latencies[int(0.99 * (len(latencies) - 1))] * 1000,
+        "p50_ms": percentile_of_sorted(latencies, 50) * 1000,
+        "p99_ms": percentile_of_sorted(latencies, 99) * 1000,
     }
 
 
@@ -156,9 +156,16 @@ def run(args: argparse.Namespace) -> int:
     if not levels or min(levels) < 1 or args.patches < 1 or args.jobs < 1:
         print("muster bench apiserver: --concurrency, --patches and --jobs must be >= 1")
         return 2
+
+    def say(message: str) -> None:
+        if not args.json:
+            print(message, file=sys.stderr)
+
     with ExitStack() as stack:
-        kubeconfig = bench_kubeconfig(args.kubeconfig, stack, quiet=args.json)
-        client = stack.enter_context(KubeClient.from_kubeconfig(kubeconfig))
+        cluster = stack.enter_context(
+            bench_cluster(args.kubeconfig, name="muster-bench", reuse_running=True, log=say)
+        )
+        client = stack.enter_context(KubeClient.from_kubeconfig(cluster.kubeconfig))
         jobs = create_jobs(client, BENCH_NAMESPACE, args.jobs)
         # Warm up connections and caches so the first level is not penalised.
         measure_patches(client, BENCH_NAMESPACE, jobs, min(200, args.patches), max(levels))
@@ -185,23 +192,3 @@ def run(args: argparse.Namespace) -> int:
     }
     print(json.dumps(line))
     return 0
-
-
-def bench_kubeconfig(explicit: str | None, stack: ExitStack, quiet: bool) -> Path:
-    """The cluster to measure: explicit, the running `muster` cluster, or a temporary one."""
-    from simulator.controlplane.cluster import LocalCluster
-
-    if explicit:
-        return Path(explicit)
-
-    def log(message: str) -> None:
-        if not quiet:
-            print(message, file=sys.stderr)
-
-    default = LocalCluster(log=log)
-    if default.is_healthy():
-        return default.kubeconfig
-    temporary = LocalCluster(name="muster-bench", log=log)
-    temporary.up()
-    stack.callback(temporary.down, quiet=True)
-    return temporary.kubeconfig

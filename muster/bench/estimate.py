@@ -33,8 +33,9 @@ from typing import Any
 
 from muster.bench import bench_main
 from policies.estimate import Estimate, RuntimeHistory, estimate
-from policies.model import Snapshot
-from simulator.engine import FAILED, FINISHED, PENDING, Engine, EngineConfig, GangRecord
+from policies.model import Gang, Snapshot
+from policies.percentiles import percentile
+from simulator.engine import PENDING, Engine, EngineConfig, GangRecord
 from simulator.trace import Trace, TraceError, load
 
 
@@ -75,17 +76,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class EstimatingEngine(Engine):
-    """The engine, asking the estimator at every instant gangs are submitted."""
+class Asker:
+    """Watches an engine run (`simulator.engine.RunWatch`) and asks the estimator at every
+    instant gangs are submitted (and, with ``ask_every``, for every waiting gang that often),
+    learning runtimes from the gangs that end, as the controller learns them from Jobs."""
 
-    def __init__(
-        self,
-        trace: Trace,
-        config: EngineConfig,
-        limit: int | None,
-        ask_every: float | None = None,
-    ) -> None:
-        super().__init__(trace, config)
+    def __init__(self, limit: int | None, ask_every: float | None = None) -> None:
         self.ask_every = ask_every
         self.next_ask = ask_every
         self.later: list[tuple[str, float, Estimate]] = []  # (gang, asked at, estimate)
@@ -96,62 +92,52 @@ class EstimatingEngine(Engine):
         self.estimate_seconds: list[float] = []
         self.limit = limit
 
-    def _submit(self, record: GangRecord) -> None:
-        super()._submit(record)
+    def submitted(self, record: GangRecord) -> None:
         if self.limit is None or len(self.asked_at) < self.limit:
             self.submitted_now.append(record)
 
-    def _finish(self, record: GangRecord) -> None:
+    def ended(self, record: GangRecord) -> None:
         admitted = record.admitted_at
-        super()._finish(record)
-        if record.state == FINISHED and admitted is not None and record.finished is not None:
+        if admitted is not None and record.finished is not None:
             self.history.record(record.gang.queue, record.gang.size, record.finished - admitted)
 
-    def _deadline(self, record: GangRecord) -> None:
-        admitted = record.admitted_at
-        super()._deadline(record)
-        if record.state == FAILED and admitted is not None and record.finished is not None:
-            self.history.record(record.gang.queue, record.gang.size, record.finished - admitted)
-
-    def _sample(self, now: float, *, final: bool = False) -> None:
-        super()._sample(now, final=final)
+    def sampled(self, engine: Engine, now: float) -> None:
         every, due = self.ask_every, self.next_ask
-        if every is None or due is None or final or now < due:
+        if every is None or due is None or now < due:
             return
         # After this instant's admissions: every gang still waiting, from the state now.
         self.next_ask = due + every * (1 + (now - due) // every)
-        planner = self.planner
-        assert planner is not None
-        pending = [r.gang for r in self.gangs if r.state == PENDING]
+        pending = [r.gang for r in engine.gangs if r.state == PENDING]
         if pending:
-            snapshot = Snapshot(
-                self.nodes, self.tree, list(planner.admitted.values()), pending, now
-            )
-            found = estimate(snapshot, self.history, self.config.policy)
+            found = estimate(_snapshot(engine, pending, now), self.history, engine.config.policy)
             self.later.extend((gang_id, now, item) for gang_id, item in found.items())
-            self._wake(self.next_ask)
+            engine.clock.wake(self.next_ask)
 
-    def _admit_cycle(self, now: float) -> None:
-        if self.submitted_now:
-            self._ask(now)
-        super()._admit_cycle(now)
-
-    def _ask(self, now: float) -> None:
+    def deciding(self, engine: Engine, now: float) -> None:
+        if not self.submitted_now:
+            return
         asked = self.submitted_now
         self.submitted_now = []
-        planner = self.planner
-        assert planner is not None
-        pending = [r.gang for r in self.gangs if r.state == PENDING]
-        snapshot = Snapshot(self.nodes, self.tree, list(planner.admitted.values()), pending, now)
+        pending = [r.gang for r in engine.gangs if r.state == PENDING]
         began = time.perf_counter()
         found = estimate(
-            snapshot, self.history, self.config.policy, only=[r.gang.id for r in asked]
+            _snapshot(engine, pending, now),
+            self.history,
+            engine.config.policy,
+            only=[r.gang.id for r in asked],
         )
         self.estimate_seconds.append(time.perf_counter() - began)
         for record in asked:
             self.asked_at[record.gang.id] = now
             if record.gang.id in found:
                 self.estimates[record.gang.id] = found[record.gang.id]
+
+
+def _snapshot(engine: Engine, pending: list[Gang], now: float) -> Snapshot:
+    """The engine's state at ``now``, as the controller's estimator would see it."""
+    planner = engine.planner
+    assert planner is not None
+    return Snapshot(engine.nodes, engine.tree, list(planner.admitted.values()), pending, now)
 
 
 def with_deadlines(trace: Trace, factor: float) -> Trace:
@@ -163,16 +149,6 @@ def with_deadlines(trace: Trace, factor: float) -> Trace:
         for group in trace.jobs
     )
     return dataclasses.replace(trace, jobs=jobs)
-
-
-def _percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def _round(value: float | None, digits: int = 1) -> float | None:
@@ -210,28 +186,28 @@ def score(
         "estimated": len(errors),
         "unknown": unknown,
         "never_started": never,
-        "error_s_median": _round(_percentile(errors, 50)),
-        "error_s_p90": _round(_percentile(errors, 90)),
+        "error_s_median": _round(percentile(errors, 50)),
+        "error_s_p90": _round(percentile(errors, 90)),
         "waited": waited,
         "min_wait_s": min_wait,
-        "error_pct_median": _round(_percentile(relative, 50)),
-        "error_pct_p90": _round(_percentile(relative, 90)),
+        "error_pct_median": _round(percentile(relative, 50)),
+        "error_pct_p90": _round(percentile(relative, 90)),
         "in_range_pct": _round(100.0 * in_range / waited) if waited else None,
     }
 
 
-def measure(engine: EstimatingEngine, min_wait: float) -> dict[str, Any]:
+def measure(engine: Engine, asker: Asker, min_wait: float) -> dict[str, Any]:
     """Score the estimates asked at submission (and, with --ask-every, the later ones)."""
     at_submission = [
-        (record, engine.asked_at[record.gang.id], engine.estimates.get(record.gang.id))
+        (record, asker.asked_at[record.gang.id], asker.estimates.get(record.gang.id))
         for record in engine.gangs
-        if record.gang.id in engine.asked_at
+        if record.gang.id in asker.asked_at
     ]
-    times = engine.estimate_seconds
+    times = asker.estimate_seconds
     figures = score(at_submission, min_wait)
-    if engine.ask_every is not None:
+    if asker.ask_every is not None:
         later = score(
-            [(engine.by_id[gang_id], at, found) for gang_id, at, found in engine.later], min_wait
+            [(engine.by_id[gang_id], at, found) for gang_id, at, found in asker.later], min_wait
         )
         figures.update({f"later_{key}": value for key, value in later.items()})
     return {
@@ -259,12 +235,13 @@ def run(args: argparse.Namespace) -> int:
         trace = with_deadlines(trace, args.deadline_factor)
     config = EngineConfig(seed=args.seed, policy=args.policy, record=False)
     began = time.perf_counter()
-    engine = EstimatingEngine(trace, config, args.limit, args.ask_every)
+    asker = Asker(args.limit, args.ask_every)
+    engine = Engine(trace, config, watch=asker)
     engine.run()
     figures: dict[str, Any] = {
         "trace": trace.name,
         "deadline_factor": args.deadline_factor,
-        **measure(engine, args.min_wait),
+        **measure(engine, asker, args.min_wait),
         "wall_s": round(time.perf_counter() - began, 1),
     }
     if args.json:

@@ -80,7 +80,8 @@ def _gap(kwok: float | None, reference: float | None) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.kwok_engine import KwokError, KwokSettings, replay
+    from simulator.kwok_engine import replay
+    from simulator.kwok_settings import KwokError, KwokSettings
     from simulator.trace import TraceError
 
     log = (lambda _m: None) if args.json else _stderr

@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from admission import kubeapi
-from admission.kubeapi import ApiError, KubeClient
 from admission.launcher import MusterRun
-from admission.streamwatch import StreamWatch, list_collection
+from kubeport import kubeapi
+from kubeport.kubeapi import ApiError, KubeClient
+from kubeport.streamwatch import StreamWatch, list_collection
 from muster.bench import bench_main
 from muster.bench.admit import (
     Created,
@@ -54,15 +54,15 @@ from muster.bench.admit import (
     cpu_of,
     create_jobs,
     create_namespaces_and_queues,
-    job_body,
     per_gang,
     start_muster,
 )
 from muster.bench.apiserver import fresh_namespace
+from muster.bench.harness import BenchCluster, bench_cluster, job_body
 from muster.bench.webhook import wait_for_webhook
+from policies.percentiles import percentile
 from policies.vocabulary import ADMITTED, EVICTIONS, SUBMITTED
-from simulator.controlplane.cluster import LocalCluster, NodeShape
-from simulator.report import percentile
+from simulator.controlplane.cluster import LocalCluster
 
 Side = Literal["a", "b"]
 SIDES: tuple[Side, Side] = ("a", "b")
@@ -394,8 +394,8 @@ def _stamped_on_dry_run(client: KubeClient, namespace: str, body: Mapping[str, A
 
 def _refuse_registered_webhook(client: KubeClient) -> None:
     """(a) needs a cluster without admission control: no muster webhook configuration."""
-    from muster.commands.run import CONFIG_PATH
     from webhook.configuration import NAME
+    from webhook.startup import CONFIG_PATH
 
     try:
         client.get(f"{CONFIG_PATH}/{NAME}")
@@ -524,10 +524,21 @@ def run(args: argparse.Namespace) -> int:
             print(message, file=sys.stderr, flush=True)
 
     load_start = os.getloadavg()[0]
-    cluster, observed, kubeconfig = _cluster(args, say)
-    client = KubeClient.from_kubeconfig(kubeconfig)
-    jobs = burst(args.jobs, args.max_pods, runtime, args.seed)
-    bench = Bench(args, client, kubeconfig, observed, jobs, say)
+    with bench_cluster(args.kubeconfig, name=args.name, nodes=args.nodes, log=say) as cluster:
+        jobs = burst(args.jobs, args.max_pods, runtime, args.seed)
+        return _rounds(cluster, args, jobs, load_start, say)
+
+
+def _rounds(
+    cluster: BenchCluster,
+    args: argparse.Namespace,
+    jobs: list[BurstJob],
+    load_start: float,
+    say: Callable[[str], None],
+) -> int:
+    """The warm-up pair and the measured rounds on `cluster`; prints the JSON line."""
+    client = KubeClient.from_kubeconfig(cluster.kubeconfig)
+    bench = Bench(args, client, cluster.kubeconfig, cluster.local, jobs, say)
     say(f"burst: {len(jobs)} Jobs, {sum(j.pods for j in jobs)} pods; {args.rounds} (a)/(b) pairs")
     try:
         create_namespaces_and_queues(client, (), [(bench.queue, {})])
@@ -556,24 +567,6 @@ def run(args: argparse.Namespace) -> int:
         with contextlib.suppress(ApiError, OSError):
             client.delete(f"{kubeapi.QUEUES.path()}/{bench.queue}")
         client.close()
-        if cluster is not None:
-            cluster.down(quiet=True)
-
-
-def _cluster(
-    args: argparse.Namespace, say: Callable[[str], None]
-) -> tuple[LocalCluster | None, LocalCluster | None, Path]:
-    """(the cluster started here, the local cluster observed for CPU, its kubeconfig)."""
-    if args.kubeconfig:
-        kubeconfig = Path(args.kubeconfig)
-        return None, LocalCluster.of_kubeconfig(kubeconfig), kubeconfig
-    cluster = LocalCluster(name=args.name, log=say)
-    try:
-        cluster.up(nodes=args.nodes, shape=NodeShape())
-    except BaseException:
-        cluster.down(quiet=True)
-        raise
-    return cluster, cluster, cluster.kubeconfig
 
 
 def _say_round(result: Round, total: int, say: Callable[[str], None]) -> None:

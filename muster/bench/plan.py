@@ -48,6 +48,7 @@ from policies import (
     Toleration,
     plan,
 )
+from policies.percentiles import percentile_of_sorted
 
 GIB = 2**30
 _CPU_NODE = Resources({"cpu": 32_000, "memory": 128 * GIB, "pods": 110})
@@ -219,8 +220,8 @@ def controller_cache(snapshot: Snapshot) -> Cache:
     for node in snapshot.nodes:
         cache.nodes[node.name] = replace(node, used=Resources())
         if node.used:
-            cache.node_other[node.name] = node.used
-    cache.tree = snapshot.queues
+            cache.pods.used_by_others[node.name] = node.used
+    cache.queues.tree = snapshot.queues
     for gang in snapshot.pending:
         _put(cache, gang, None)
     for admitted in snapshot.admitted:
@@ -253,7 +254,7 @@ def _put(cache: Cache, gang: Gang, admitted: AdmittedGang | None) -> JobRecord:
     )
     cache.jobs[record.key] = record
     if admitted is not None:
-        cache.gang_bound[f"{namespace}/{name}"] = dict(admitted.placement)
+        cache.pods.gang_bound[f"{namespace}/{name}"] = dict(admitted.placement)
     return record
 
 
@@ -277,20 +278,20 @@ def controller_cycles(
         # What changed since the last cycle: its first admission, a finish, a create.
         if decisions.admitted:
             admission = decisions.admitted[0]
-            cache.assume_admitted(
-                cache.jobs[admission.gang_id], now, admission.size, admission.placement
-            )
+            record = cache.jobs[admission.gang_id]
+            placements = record.gang.placements(admission.placement, admission.other_placements)
+            cache.assume_admitted(record, now, admission.size, placements)
         if running:
             done = cache.jobs[running.pop()]
             done.finished = True
-            cache.gang_bound.pop(f"{done.namespace}/{done.gang_label}", None)
+            cache.pods.gang_bound.pop(f"{done.namespace}/{done.gang_label}", None)
         template = snapshot.pending[k % len(snapshot.pending)]
         name = f"again-{k}"
         created = SubmitStamp(now, len(snapshot.pending) + k, name)
         _put(cache, replace(template, id=f"ns0/{name}", submitted=created), None)
         began, began_cpu = time.perf_counter(), time.process_time()
         refused = cache.refusals()
-        cache.release_reservations(now)
+        cache.reservations.release(now)
         planner = feed.sync(cache, now, refused)
         synced = time.perf_counter()
         decisions = planner.plan(now)
@@ -298,11 +299,6 @@ def controller_cycles(
         syncs.append((synced - began) * 1000.0)
         plans.append((time.perf_counter() - synced) * 1000.0)
     return first, syncs, plans, cpu
-
-
-def _percentile(samples: Sequence[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -361,7 +357,7 @@ def run(args: argparse.Namespace) -> int:
         "waiting": len(decisions.pending),
         "rejected": len(decisions.rejected),
         "plan_ms_median": round(statistics.median(samples), 3),
-        "plan_ms_p90": round(_percentile(samples, 0.9), 3),
+        "plan_ms_p90": round(percentile_of_sorted(sorted(samples), 90), 3),
         "plan_ms_min": round(min(samples), 3),
         "plan_cpu_ms_median": round(statistics.median(cpu), 3),
         "reasons_ms_median": round(statistics.median(reasons), 3),

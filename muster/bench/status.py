@@ -16,7 +16,7 @@ Steps:
    every gang. With `--status-auth kubernetes`, a ServiceAccount that may get the namespace's
    Jobs and --tokens tokens of it (TokenRequest; default one per poller, as pods each have
    their own): the controller reviews each token and each caller's access with the apiserver,
-   cached for a minute (admission/statusauth.py), which the apiserver's counter then shows.
+   cached for a minute (kubeport/statusauth.py), which the apiserver's counter then shows.
 4. Idle window (--window seconds), once the apiserver is quiet (below 2 requests/s over 5 s,
    twice: the Job controller posts an Event for each new suspended Job, a backlog that takes a
    while): the apiserver's `apiserver_request_total` (summed over every label) before and
@@ -68,16 +68,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from admission import kubeapi
-from admission.kubeapi import ApiError, ApiUnreachable, KubeClient
 from admission.launcher import LaunchError, MusterRun, launch, stop_process
+from kubeport import kubeapi
+from kubeport.kubeapi import ApiError, ApiUnreachable, KubeClient
 from muster.bench import bench_main
 from muster.bench.admit import create_jobs
-from muster.bench.admit import job_body as admit_job_body
+from muster.bench.harness import BenchCluster, bench_cluster, job_body, latency_ms
 from policies.submitted import format_stamp
 from policies.vocabulary import SUBMITTED
-from simulator.controlplane.cluster import LocalCluster, NodeShape, cpu_seconds
-from simulator.report import percentile
+from simulator.controlplane.processes import cpu_seconds
 
 POD_CPU_MILLI = 100
 FDS_PER_POLLER = 2
@@ -213,13 +212,12 @@ def _py_spy() -> str | None:
 # -- the cluster's objects ---------------------------------------------------------------------
 
 
-def job_body(name: str, queue_name: str, seq: int, base_ns: int) -> dict[str, Any]:
-    """A suspended one-pod Job of 100m cpu for `queue_name` (`muster.bench.admit.job_body`),
-    stamped as the webhook stamps (sequence `seq`: the queue's order is the names' order); its
-    pod tolerates kwok's nodes and, without `muster.dev/runtime`, runs until deleted."""
-    body = admit_job_body(name, queue_name, suspend=True, runtime=None)
-    body["metadata"]["annotations"] = {SUBMITTED: format_stamp(base_ns + seq, seq)}
-    return body
+def stamped_job(name: str, queue_name: str, seq: int, base_ns: int) -> dict[str, Any]:
+    """A suspended one-pod Job of 100m cpu for `queue_name`, stamped as the webhook stamps
+    (sequence `seq`: the queue's order is the names' order); its pod tolerates kwok's nodes
+    and, without `muster.dev/runtime`, runs until deleted."""
+    stamp = format_stamp(base_ns + seq, seq)
+    return job_body(name, queue_name, suspend=True, runtime=None, annotations={SUBMITTED: stamp})
 
 
 def gang_name(i: int) -> str:
@@ -232,7 +230,7 @@ def create_gangs(
     """Create the `count` Jobs from `threads` threads (`muster.bench.admit.create_jobs`),
     saying how far it got every few seconds; the seconds it took."""
     base_ns = time.time_ns() - 3600 * 10**9
-    bodies = [job_body(gang_name(i), namespace, i, base_ns) for i in range(count)]
+    bodies = [stamped_job(gang_name(i), namespace, i, base_ns) for i in range(count)]
     done = 0
     lock = threading.Lock()
     began = last_said = time.monotonic()
@@ -490,11 +488,6 @@ def settle(client: KubeClient, timeout: float, say: Callable[[str], None]) -> tu
     return time.monotonic() - began, False
 
 
-def _ms(values: Sequence[float], q: float) -> float | None:
-    value = percentile(values, q)
-    return None if value is None else round(1000 * value, 2)
-
-
 def time_changes(
     pollers: PollerProcess,
     targets: list[str],
@@ -560,15 +553,15 @@ def run(args: argparse.Namespace) -> int:
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    cluster: LocalCluster | None = None
-    observed: LocalCluster | None
-    if args.kubeconfig is not None:
-        kubeconfig = Path(args.kubeconfig)
-        observed = LocalCluster.of_kubeconfig(kubeconfig)
-    else:
-        cluster = LocalCluster(name=args.cluster_name, log=say)
-        cluster.up(nodes=args.nodes, shape=NodeShape())
-        kubeconfig, observed = cluster.kubeconfig, cluster
+    with bench_cluster(
+        args.kubeconfig, name=args.cluster_name, nodes=args.nodes, log=say
+    ) as cluster:
+        return _run_on(cluster, args, say)
+
+
+def _run_on(cluster: BenchCluster, args: argparse.Namespace, say: Callable[[str], None]) -> int:
+    """Steps 1 (the objects) to 6 on `cluster`; prints the figures."""
+    kubeconfig, observed = cluster.kubeconfig, cluster.local
     client = KubeClient.from_kubeconfig(kubeconfig)
     namespace = f"bench-status-{int(time.time())}"
     muster: MusterRun | None = None
@@ -616,9 +609,7 @@ def run(args: argparse.Namespace) -> int:
                 stop_process(process, signal.SIGINT, timeout=30)
         if muster is not None:
             muster.stop(timeout=60)
-        if cluster is not None:
-            cluster.down(quiet=True)
-        else:
+        if not cluster.started:
             with contextlib.suppress(ApiError, OSError):
                 client.delete(f"{kubeapi.QUEUES.path()}/{namespace}")
             with contextlib.suppress(ApiError, OSError):
@@ -711,8 +702,8 @@ def measure(
 def _latencies(name: str, seconds: Sequence[float]) -> dict[str, float | None]:
     """`NAME_p50_ms`, `NAME_p99_ms` and `NAME_max_ms` of latencies in seconds."""
     return {
-        f"{name}_p50_ms": _ms(seconds, 50),
-        f"{name}_p99_ms": _ms(seconds, 99),
+        f"{name}_p50_ms": latency_ms(seconds, 50),
+        f"{name}_p99_ms": latency_ms(seconds, 99),
         f"{name}_max_ms": round(1000 * max(seconds), 2) if seconds else None,
     }
 

@@ -31,11 +31,12 @@ from typing import Any
 
 from admission.cache import Cache
 from admission.estimates import EstimateRefresher, refresh_now
-from admission.gangs import format_admitted, format_time
 from admission.status import StatusServer
 from muster.bench import bench_main
+from muster.bench.harness import job_body, latency_ms
+from policies.kinds.reading import format_admitted, format_time
 from policies.submitted import format_stamp
-from policies.vocabulary import QUEUE, SUBMITTED
+from policies.vocabulary import ADMITTED, GANG, QUEUE, SUBMITTED
 
 _CLIENT = r"""
 import json, sys, time, urllib.request
@@ -78,10 +79,12 @@ def _job(
     deadline: int | None = None,
     finished: float | None = None,
 ) -> dict[str, Any]:
+    """A Job as the watch delivers it: the bench's Job body (`harness.job_body`) as the webhook
+    stamped it and the apiserver stored it, admitted and finished as told."""
     annotations = {QUEUE: queue, SUBMITTED: format_stamp(int(now - 3600) * 10**9 + seq, seq)}
     status: dict[str, Any] = {}
     if admitted is not None:
-        annotations["muster.dev/admitted"] = format_admitted(admitted, pods)
+        annotations[ADMITTED] = format_admitted(admitted, pods)
         status = {"startTime": format_time(admitted), "ready": pods}
     if finished is not None:
         status.update(
@@ -90,29 +93,22 @@ def _job(
             ready=0,
             conditions=[{"type": "Complete", "status": "True"}],
         )
-    spec: dict[str, Any] = {
-        "parallelism": pods,
-        "completions": pods,
-        "suspend": admitted is None,
-        "template": {
-            "metadata": {"labels": {"muster.dev/gang": name}},
-            "spec": {"containers": [{"name": "m", "resources": {"requests": {"cpu": str(cpu)}}}]},
-        },
-    }
+    body = job_body(
+        name,
+        queue,
+        pods=pods,
+        cpu=str(cpu),
+        suspend=admitted is None,
+        runtime=None,
+        annotations=annotations,
+        kwok=False,
+    )
+    body["metadata"].update(namespace="bench", uid=f"uid-{name}", resourceVersion=str(seq + 1))
+    body["spec"]["template"]["metadata"] = {"labels": {GANG: name}}
     if deadline is not None:
-        spec["activeDeadlineSeconds"] = deadline
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "bench",
-            "uid": f"uid-{name}",
-            "resourceVersion": str(seq + 1),
-            "labels": {QUEUE: queue},
-            "annotations": annotations,
-        },
-        "spec": spec,
-        "status": status,
-    }
+        body["spec"]["activeDeadlineSeconds"] = deadline
+    body["status"] = status
+    return body
 
 
 _SIZES = (1, 1, 2, 4, 8, 8, 16, 32, 64)
@@ -248,11 +244,6 @@ def _add_pending(
         )
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
 async def _measure(cache: Cache, names: list[str], busy: bool) -> list[float]:
     server = StatusServer(cache, dict, None)
     port = await server.start()
@@ -301,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     refresh_now(cache, time.time(), "drf")
     refresh_s = time.perf_counter() - began
-    known = sum(1 for e in cache.estimates.values() if e.start is not None)
+    known = sum(1 for e in cache.status.estimates.values() if e.start is not None)
     rng = random.Random(args.seed + 1)
     names = [f"bench/wait-{rng.randrange(args.pending)}" for _ in range(args.requests)]
     idle = asyncio.run(_measure(cache, names, busy=False))
@@ -312,14 +303,14 @@ def run(args: argparse.Namespace) -> int:
         "finished": args.finished,
         "nodes": args.nodes,
         "estimated": known,
-        "unknown": len(cache.estimates) - known,
+        "unknown": len(cache.status.estimates) - known,
         "refresh_s": round(refresh_s, 2),
         "requests": args.requests,
-        "idle_ms_p50": round(1000 * _percentile(idle, 50), 2),
-        "idle_ms_p99": round(1000 * _percentile(idle, 99), 2),
+        "idle_ms_p50": latency_ms(idle, 50),
+        "idle_ms_p99": latency_ms(idle, 99),
         "idle_ms_max": round(1000 * max(idle), 2),
-        "refreshing_ms_p50": round(1000 * _percentile(busy, 50), 2),
-        "refreshing_ms_p99": round(1000 * _percentile(busy, 99), 2),
+        "refreshing_ms_p50": latency_ms(busy, 50),
+        "refreshing_ms_p99": latency_ms(busy, 99),
         "refreshing_ms_max": round(1000 * max(busy), 2),
     }
     if not args.json:

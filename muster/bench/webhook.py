@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,16 +26,19 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from admission import kubeapi
-from admission.kubeapi import ApiError, KubeClient
 from admission.launcher import launch
+from kubeport import kubeapi
+from kubeport.kubeapi import ApiError, KubeClient
 from muster.bench.admit import child_pids
-from muster.commands.run import CONFIG_PATH
-from policies.vocabulary import QUEUE, SUBMITTED
-from simulator.controlplane.cluster import cpu_seconds
+from muster.bench.harness import bench_cluster, job_body, latency_ms
+from policies.vocabulary import SUBMITTED
+from simulator.controlplane.processes import cpu_seconds
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
+from webhook.startup import CONFIG_PATH
 
 NAMESPACE = "muster-bench-webhook"
+QUEUE_NAME = "bench"
+"""The Jobs' queue: none of that name exists, the webhook stamps them all the same."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,28 +64,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _job(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": {QUEUE: "bench"}},
-        "spec": {
-            "suspend": True,
-            "parallelism": 4,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "busybox"}],
-                }
-            },
-        },
-    }
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(q * (len(sorted_values) - 1)))]
-
-
 class _Round:
     def __init__(self, client: KubeClient, concurrency: int) -> None:
         self.client = client
@@ -96,7 +77,9 @@ class _Round:
             return f"b-{self.counter}"
 
     def create(self) -> tuple[float, bool]:
-        body = _job(self.name())  # counts the create (`counter`): one review when registered
+        # Suspended: no pods in either case; no requests, as its queue does not exist. Naming
+        # it counts the create (`counter`): one review when the webhook is registered.
+        body = job_body(self.name(), QUEUE_NAME, pods=4, cpu=None, suspend=True, runtime=None)
         started = time.perf_counter()
         stored = self.client.create(kubeapi.JOBS.path(NAMESPACE), body)
         elapsed = time.perf_counter() - started
@@ -146,10 +129,17 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < args.rounds or args.concurrency < 1 or args.rounds < 1:
         print("muster bench webhook: need --jobs >= --rounds >= 1 and --concurrency >= 1")
         return 2
-    from muster.bench.apiserver import bench_kubeconfig, fresh_namespace
+    from muster.bench.apiserver import fresh_namespace
+
+    def say(message: str) -> None:
+        if not args.json:
+            print(message, file=sys.stderr)
 
     with ExitStack() as stack:
-        kubeconfig = bench_kubeconfig(args.kubeconfig, stack, quiet=args.json)
+        cluster = stack.enter_context(
+            bench_cluster(args.kubeconfig, name="muster-bench", reuse_running=True, log=say)
+        )
+        kubeconfig = cluster.kubeconfig
         client = stack.enter_context(KubeClient.from_kubeconfig(kubeconfig))
         fresh_namespace(client, NAMESPACE)
         stack.callback(client.delete, kubeapi.NAMESPACES.path(name=NAMESPACE))
@@ -184,8 +174,7 @@ def run(args: argparse.Namespace) -> int:
             cpu[side] += _cpu(webhook_pid) - cpu_before
             creates[side] += bench.counter - creates_before
             if not args.json:
-                lat = sorted(latencies)
-                p50, p99 = statistics.median(lat) * 1000, _percentile(lat, 0.99) * 1000
+                p50, p99 = latency_ms(latencies, 50), latency_ms(latencies, 99)
                 print(
                     f"round {round_no + 1} {side:>7} webhook: p50 {p50:6.1f} ms  p99 {p99:6.1f} ms",
                     flush=True,
@@ -209,17 +198,16 @@ def _figures(
     webhook_pid: int | None,
 ) -> dict[str, Any]:
     """The JSON line: latency with and without the webhook, and its process's CPU per review."""
-    with_ = sorted(samples["with"])
-    without = sorted(samples["without"])
-    line = {
+    with_, without = samples["with"], samples["without"]
+    line: dict[str, Any] = {
         "bench": "webhook",
         "jobs_per_side": len(with_),
         "concurrency": args.concurrency,
         "webhook_server": args.webhook_server,
-        "p50_ms_with": round(statistics.median(with_) * 1000, 2),
-        "p99_ms_with": round(_percentile(with_, 0.99) * 1000, 2),
-        "p50_ms_without": round(statistics.median(without) * 1000, 2),
-        "p99_ms_without": round(_percentile(without, 0.99) * 1000, 2),
+        "p50_ms_with": latency_ms(with_, 50),
+        "p99_ms_with": latency_ms(with_, 99),
+        "p50_ms_without": latency_ms(without, 50),
+        "p99_ms_without": latency_ms(without, 99),
     }
     line["p50_overhead_ms"] = round(line["p50_ms_with"] - line["p50_ms_without"], 2)
     line["p99_overhead_ms"] = round(line["p99_ms_with"] - line["p99_ms_without"], 2)

@@ -29,8 +29,8 @@ from typing import Any, Final, Literal
 import yaml
 from cryptography import x509
 
-from admission import kubeapi
-from admission.kubeapi import ApiError, ApiUnreachable, KubeClient, KubeconfigError
+from kubeport import kubeapi
+from kubeport.kubeapi import ApiError, ApiUnreachable, KubeClient, KubeconfigError
 from webhook.configuration import IN_CLUSTER_SERVICE
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
 from webhook.decision import WebhookSettings

@@ -7,8 +7,19 @@ import sys
 import time
 from typing import Any
 
-from simulator.controlplane.build import BuildError, ensure_built
-from simulator.controlplane.cluster import ClusterError, LocalCluster, NodeShape
+from simulator.controlplane.build import BuildError, ensure_built, ensure_helm
+from simulator.controlplane.cluster import LocalCluster
+from simulator.controlplane.errors import ClusterError
+from simulator.controlplane.features import parse_feature_gates
+from simulator.controlplane.nodes import NodeShape
+from simulator.controlplane.operators import (
+    OPERATORS,
+    SOURCES_ENV,
+    Operator,
+    ensure_operators,
+    parse_operators,
+    sources_root,
+)
 
 
 def _err(message: str) -> None:
@@ -19,6 +30,26 @@ def _add_name(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--name", default="muster", help="cluster name (state dir and logs); default: muster"
     )
+
+
+def _add_operators(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument(
+        "--operators",
+        default=default,
+        metavar="LIST",
+        help=(
+            "real operators beside the control plane, built from their sources in "
+            f"../shared/src (or ${SOURCES_ENV}): jobset, flux (comma-separated), "
+            f"`available` (those whose source is there) or `none`; default: {default}"
+        ),
+    )
+
+
+def _operators(text: str) -> list[Operator]:
+    try:
+        return parse_operators(text)
+    except ValueError as exc:
+        raise ClusterError(str(exc)) from None
 
 
 def _parse_labels(values: list[str]) -> dict[str, str]:
@@ -34,21 +65,33 @@ def _parse_labels(values: list[str]) -> dict[str, str]:
 class Build:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
+        _add_operators(parser, "available")
         parser.epilog = (
             "Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and\n"
             "kwok from their Go modules into ~/.cache/muster (or $MUSTER_CACHE), keyed by\n"
-            "version.\n"
-            "A no-op when the binaries are already there.\n\nexample:\n  muster cluster build"
+            "version, helm (for the chart in charts/muster), and the operators whose sources\n"
+            "are in ../shared/src (the JobSet controller, the Flux Operator; keyed by version\n"
+            "and a digest of the source).\n"
+            "A no-op when the binaries are already there.\n\nexamples:\n"
+            "  muster cluster build\n  muster cluster build --operators none"
         )
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         started = time.monotonic()
         try:
+            operators = _operators(args.operators)
             binaries = ensure_built(log=_err)
-        except BuildError as exc:
+            ensure_helm(log=_err)
+            ensure_operators(operators, log=_err)
+        except (BuildError, ClusterError) as exc:
             _err(f"muster cluster build: {exc}")
             return 1
+        if args.operators == "available":
+            absent = [name for name in OPERATORS if OPERATORS[name] not in operators]
+            if absent:
+                where = sources_root()
+                _err(f"no source in {where} of {', '.join(absent)}: not built")
         _err(
             f"control-plane binaries ready in {binaries.kube_apiserver.parent.parent.parent} "
             f"({time.monotonic() - started:.1f}s)"
@@ -77,11 +120,27 @@ class Up:
         parser.add_argument(
             "--group", default="default", help="node group name (nodes are kwok-<group>-<i>)"
         )
+        _add_operators(parser, "none")
+        parser.add_argument(
+            "--feature-gates",
+            action="append",
+            default=[],
+            metavar="GATE=true,...",
+            help="Kubernetes feature gates for every component that takes them (repeatable); "
+            "checked against the components before anything starts",
+        )
         parser.epilog = (
             "Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on\n"
-            "loopback (building them first if needed). On a running cluster it only adds the\n"
-            "missing nodes.\n\nexamples:\n  muster cluster up --nodes 1000\n"
+            "loopback (building them first if needed), and the --operators beside them (their\n"
+            "CRDs installed, JobSet's webhooks registered). On a running cluster it only adds\n"
+            "the missing nodes and operators. --feature-gates goes to the apiserver, the\n"
+            "controller manager and the scheduler (each gets the gates it knows); a gate whose\n"
+            "API is in a version not served by default also turns that version on\n"
+            "(GenericWorkload: --runtime-config=scheduling.k8s.io/v1beta1=true). `status` shows\n"
+            "them.\n\nexamples:\n  muster cluster up --nodes 1000\n"
             "  muster cluster up --nodes 8 --cpu 8 --memory 30Gi --label zone=a --group a\n"
+            "  muster cluster up --nodes 100 --operators jobset,flux\n"
+            "  muster cluster up --name gangs --nodes 16 --feature-gates GenericWorkload=true\n"
             '  eval "$(muster cluster env)"; kubectl get nodes'
         )
 
@@ -99,7 +158,14 @@ class Up:
                 extended={"nvidia.com/gpu": args.gpu} if args.gpu else {},
                 labels=_parse_labels(args.label),
             )
-            cluster.up(nodes=args.nodes, shape=shape, group=args.group)
+            gates = parse_feature_gates(args.feature_gates) if args.feature_gates else None
+            cluster.up(
+                nodes=args.nodes,
+                shape=shape,
+                group=args.group,
+                operators=_operators(args.operators),
+                feature_gates=gates,
+            )
         except (BuildError, ClusterError) as exc:
             _err(f"muster cluster up: {exc}")
             return 1
@@ -168,11 +234,18 @@ def _print_status(status: dict[str, Any]) -> None:
     print(f"cluster {status['name']}: {state}")
     print(f"  state dir:  {status['state_dir']}")
     print(f"  kubeconfig: {status['kubeconfig'] or '-'}")
-    versions = status["versions"]
+    versions = dict(status["versions"])
     print(
-        f"  versions:   kubernetes {versions['kubernetes']}, etcd {versions['etcd']}, "
-        f"kwok {versions['kwok']}"
+        f"  versions:   kubernetes {versions.pop('kubernetes')}, etcd {versions.pop('etcd')}, "
+        f"kwok {versions.pop('kwok')}"
     )
+    if versions:
+        print(f"  operators:  {', '.join(f'{name} {v}' for name, v in versions.items())}")
+    gates = status.get("featureGates") or {}
+    described = ", ".join(f"{g}={'true' if on else 'false'}" for g, on in gates.items())
+    print(f"  gates:      {described or 'none'}")
+    if status.get("runtimeConfig"):
+        print(f"  apis:       {' '.join(status['runtimeConfig'])}")
     for c in status["components"]:
         running = "running" if c["running"] else "EXITED"
         print(

@@ -27,7 +27,16 @@ from muster.view import (
     parse_gang,
 )
 from policies import gangstate
-from policies.vocabulary import GANG, MIN_MEMBERS
+from policies.kinds.registry import POD_GANGS
+from policies.vocabulary import GANG, MIN_MEMBERS, POD_GROUP, POD_GROUP_SIZE
+
+
+def delete_command(kind: object, namespace: str, name: str) -> str:
+    """How to delete a gang of ``kind`` (a pod gang: its pods, by its member label)."""
+    gang = POD_GANGS.get(str(kind or ""))
+    if gang is not None:
+        return f"kubectl delete pods -n {namespace} -l {gang.member_label}={name}"
+    return f"kubectl delete {str(kind or 'Job').lower()} -n {namespace} {name}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_argument(parser)
     add_source_arguments(parser, plans=True)
     parser.epilog = (
-        "Without --status-url, explain LISTs Queues, Nodes, Pods and muster's Jobs with your\n"
+        "Without --status-url, explain LISTs Queues, Nodes, Pods, muster's Jobs (and\n"
+        "JobSets, MiniClusters, pod groups' GangRecords where served) with your\n"
         "kubeconfig (read-only), builds the controller's cache and runs its planner once, so\n"
         "it gives the reason the controller would give. Reason codes: docs/policies.md.\n"
         "\nexamples:\n"
@@ -72,7 +82,9 @@ def changes_for(
     if code == "NoFit":
         return _no_fit_changes(message)
     if code == "NeverFits":
-        return _never_fits_changes(message, q, edit, namespace, name)
+        return _never_fits_changes(
+            message, q, edit, delete_command(body.get("kind"), namespace, name)
+        )
     if code == "Preempted":
         return _preempted_changes(body, queue, parent, holders, q)
     return _changes_for_code(code, q, edit, namespace, name)
@@ -115,16 +127,13 @@ def _no_fit_changes(message: str) -> list[str]:
     return out
 
 
-def _never_fits_changes(message: str, q: str, edit: str, namespace: str, name: str) -> list[str]:
+def _never_fits_changes(message: str, q: str, edit: str, delete: str) -> list[str]:
     """NeverFits: nothing finishing helps; a bigger queue or cluster, or a smaller gang."""
     if "queue" in message:
         fix = f"raise queue {q}'s quota ({edit}), or shrink the gang"
     else:
         fix = "add nodes with the resources it asks for, or shrink the gang or its requests"
-    return [
-        f"no gang finishing makes room for it: {fix}",
-        f"to remove it: kubectl delete job -n {namespace} {name}",
-    ]
+    return [f"no gang finishing makes room for it: {fix}", f"to remove it: {delete}"]
 
 
 def _preempted_changes(
@@ -156,8 +165,30 @@ def _preempted_changes(
     ]
 
 
+def _changes_for_writes_and_members(code: Any, name: str) -> list[str]:
+    """What changes a gang waiting on the apiserver's answer to a write, or on its members."""
+    if code == "PreemptionRefused":
+        return [
+            "the API server lets muster suspend the gang the reason names: an admission policy, "
+            "a webhook or RBAC refuses that update now (its answer is in the reason, and in "
+            "muster's log); muster tries again after a backoff that doubles up to 5 minutes",
+            "or that gang finishes or is deleted, and its room frees without a preemption",
+        ]
+    if code == "Incomplete":
+        return [
+            f"the rest of its pods are created, each labelled {POD_GROUP}={name} with the same "
+            f"{POD_GROUP_SIZE}: it is planned as soon as they all exist",
+            f"or, if the group has fewer pods, create them again with that {POD_GROUP_SIZE}; "
+            "past the time the reason gives, muster marks it Failed",
+        ]
+    return []
+
+
 def _changes_for_code(code: Any, q: str, edit: str, namespace: str, name: str) -> list[str]:
     """The reason codes whose changes are fixed text about the gang and its queue."""
+    written = _changes_for_writes_and_members(code, name)
+    if written:
+        return written
     if code == "SizeRatioSerialized":
         return [
             "the big gang it names reaches its minimum of ready pods (or is evicted); big gangs "
@@ -277,15 +308,7 @@ def explain(
     elif state == gangstate.FINISHED:
         summary = f"{gang} has finished; it holds no quota"
     elif state == gangstate.FAILED:
-        summary = (
-            f"{gang} failed: evicted {body.get('evictions')} times, past its queue's backoff "
-            "limit; muster does not admit it again"
-        )
-        changes = [
-            "find why its pods did not start: kubectl get events -n "
-            f"{namespace} --field-selector involvedObject.name={name}",
-            "then delete it and submit it again",
-        ]
+        summary, changes = _failed(body, reason)
     else:
         summary = f"{gang} is {state}"
     out["summary"] = summary
@@ -300,6 +323,31 @@ def explain(
         out["queueUsage"] = usage_cell(row)
     out["kind"] = gang_label(body)
     return out
+
+
+def _failed(body: Mapping[str, Any], reason: Mapping[str, Any] | None) -> tuple[str, list[str]]:
+    """A failed gang's summary and what to do: the reason muster gave up for (rejected, not
+    whole in time), else its evictions past the backoff limit."""
+    gang = body.get("gang")
+    namespace, _, name = str(gang).partition("/")
+    delete = delete_command(body.get("kind"), namespace, name)
+    if reason:
+        summary = (
+            f"{gang} failed: {reason.get('code')}: {reason.get('message')}; muster does not "
+            "admit it again"
+        )
+        return summary, [
+            f"fix what the reason names, then delete it ({delete}) and submit it again"
+        ]
+    summary = (
+        f"{gang} failed: evicted {body.get('evictions')} times, past its queue's backoff "
+        "limit; muster does not admit it again"
+    )
+    return summary, [
+        "find why its pods did not start: kubectl get events -n "
+        f"{namespace} --field-selector involvedObject.name={name}",
+        f"then delete it ({delete}) and submit it again",
+    ]
 
 
 def render(explanation: Mapping[str, Any], source: str) -> str:

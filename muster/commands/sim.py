@@ -17,6 +17,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from muster.commands.packingargs import add_packing_arguments, packing_from
+from muster.commands.simfamily import add_family_arguments
+from policies.packing import PackingError
+
 if TYPE_CHECKING:
     from simulator.engine import Admission, EngineConfig, EngineResult
     from simulator.kwok_external import ExternalController
@@ -34,6 +38,8 @@ examples:
   muster sim two-queues --engine kwok --admission muster --time-scale 50
   muster sim --engine kwok --kubeconfig ~/.cache/muster/clusters/muster/kubeconfig
   muster sim --engine kwok --kubeconfig K --admission muster,external --label team=a
+  muster trace family --seed-range 1-50 --out out/family
+  muster sim --family out/family               # every trace, none and muster, one table
 
 Trace format, CSV columns and every output: docs/simulator.md
 """
@@ -94,12 +100,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "runs can diverge from the plan (a what-if of an unpinned cluster)",
     )
     parser.add_argument(
+        "--topology-blind",
+        action="store_true",
+        help="in-process only: muster plans without the trace's cluster.topology levels "
+        "(nodes keep their labels and spread gangs still run slower): what topology-aware "
+        "placement is measured against",
+    )
+    parser.add_argument(
         "--engine",
         choices=("in-process", "kwok"),
         default="in-process",
         help="in-process = discrete-event model (default); kwok = real control plane with kwok "
         "nodes, muster's webhook and controller (see the kwok options below)",
     )
+    add_packing_arguments(parser, "the trace's cluster.packing, else lexicographic")
+    add_family_arguments(parser)
     _add_kwok_arguments(parser)
 
 
@@ -275,9 +290,13 @@ def _add_external_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from simulator.engine import EngineConfig, simulate
+    from simulator.engine import simulate
     from simulator.trace import TraceError, load, read_jobs_csv, with_jobs
 
+    if args.family is not None:
+        from muster.commands.simfamily import run_family
+
+        return run_family(args, policy_known=_policy_known)
     try:
         trace = load(args.trace)
         if args.jobs_csv is not None:
@@ -304,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
     if args.admit_interval < 0 or (args.horizon is not None and args.horizon <= 0):
         print("muster sim: --admit-interval must be >= 0 and --horizon > 0", file=sys.stderr)
         return 2
-    if not _policy_known(args.policy):
+    if not _policy_known(args.policy) or not _packing_known(args):
         return 2
     engines: list[Admission] = args.admission
     if "external" in engines and args.engine != "kwok":
@@ -315,34 +334,16 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     if args.engine == "kwok":
-        if args.pod_start_delay is not None:
-            print(
-                "muster sim: --pod-start-delay is an in-process option; on kwok the control "
-                "plane takes the time it takes (the replay prints it)",
-                file=sys.stderr,
-            )
-            return 2
-        if args.placement is not None:
-            print(
-                "muster sim: --placement is an in-process option; on kwok, kube-scheduler "
-                "places the pods and the controller decides whether they are pinned",
-                file=sys.stderr,
-            )
+        refusal = _in_process_only(args)
+        if refusal:
+            print(f"muster sim: {refusal}", file=sys.stderr)
             return 2
         return _run_kwok(trace, engines, args)
     out_dir: Path = args.out or Path("out") / f"sim-{trace.name}"
     results: list[EngineResult] = []
     show_progress = not args.quiet and sys.stderr.isatty()
     for admission in engines:
-        config = EngineConfig(
-            admission=admission,
-            seed=args.seed,
-            policy=args.policy,
-            lookahead=args.lookahead,
-            admit_interval=args.admit_interval,
-            horizon=args.horizon,
-            placement=args.placement or "pinned",
-        )
+        config = _engine_config(admission, args)
         if show_progress:
             results.append(_with_progress(trace, config))
         else:
@@ -350,9 +351,62 @@ def run(args: argparse.Namespace) -> int:
     return _finish(trace, results, out_dir, args)
 
 
+def _engine_config(admission: Admission, args: argparse.Namespace) -> EngineConfig:
+    """One in-process engine's configuration from the command's options."""
+    from simulator.engine import EngineConfig
+
+    return EngineConfig(
+        admission=admission,
+        seed=args.seed,
+        policy=args.policy,
+        lookahead=args.lookahead,
+        admit_interval=args.admit_interval,
+        horizon=args.horizon,
+        placement=args.placement or "pinned",
+        topology_blind=args.topology_blind,
+        packing=packing_from(args),
+    )
+
+
+def _packing_known(args: argparse.Namespace) -> bool:
+    """Whether the packing options hold (else say why)."""
+    try:
+        packing_from(args)
+    except PackingError as exc:
+        print(f"muster sim: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def _in_process_only(args: argparse.Namespace) -> str | None:
+    """Why an in-process option given with --engine kwok is refused; None if none is given."""
+    if args.pod_start_delay is not None:
+        return (
+            "--pod-start-delay is an in-process option; on kwok the control plane takes the "
+            "time it takes (the replay prints it)"
+        )
+    if args.placement is not None:
+        return (
+            "--placement is an in-process option; on kwok, kube-scheduler places the pods and "
+            "the controller decides whether they are pinned"
+        )
+    if args.topology_blind:
+        return (
+            "--topology-blind is an in-process option; on kwok, muster runs with the trace's "
+            "cluster.topology levels"
+        )
+    if args.packing is not None:
+        return (
+            "--packing is an in-process option; on kwok give the controller its own "
+            "`muster run --packing`"
+        )
+    return None
+
+
 def _run_kwok(trace: Trace, engines: list[Admission], args: argparse.Namespace) -> int:
     """Replay on a real control plane with kwok nodes, then write the same report."""
-    from simulator.kwok_engine import KwokError, KwokSettings, replay
+    from simulator.kwok_engine import replay
+    from simulator.kwok_settings import KwokError, KwokSettings
 
     if args.lookahead != 1000 or args.admit_interval != 0:
         print(
@@ -630,7 +684,13 @@ def _finish(
     args: argparse.Namespace,
     figures: dict[str, dict[str, Any]] | None = None,
 ) -> int:
-    from simulator.report import engine_label, summarize, summary_rows, write_outputs
+    from simulator.report import (
+        engine_label,
+        queue_rows,
+        summarize,
+        summary_rows,
+        write_outputs,
+    )
 
     try:
         report = write_outputs(trace, results, out_dir, policy=args.policy)
@@ -641,7 +701,8 @@ def _finish(
         from rich.console import Console
         from rich.table import Table
 
-        summaries: dict[str, dict[str, Any]] = {r.admission: summarize(r) for r in results}
+        classes = trace.classes()
+        summaries: dict[str, dict[str, Any]] = {r.admission: summarize(r, classes) for r in results}
         placement = args.placement
         table = Table(
             title=f"muster sim: {trace.name} ({trace.gang_count} gangs, "
@@ -655,6 +716,11 @@ def _finish(
             table.add_row(*row)
         for row in _controller_cpu_rows(list(summaries), figures or {}, args):
             table.add_row(*row)
+        queues = queue_rows(summaries)
+        if len(queues) > 1:
+            table.add_section()
+            for row in queues:
+                table.add_row(*row)
         console = Console()
         console.print(table)
     print(f"report: {report}")

@@ -123,8 +123,30 @@ def spec_from_args(args: argparse.Namespace) -> BurstSpec:
     )
 
 
+def write_trace(command: str, out: str, document: dict[str, Any], header: str) -> int | None:
+    """Write a trace document as the trace commands do: JSON to a `.json` path, else YAML after
+    ``header``; `-` is standard output. The exit code to return now (0: written to standard
+    output; 1: ``out`` cannot be written, said on stderr), or None when it went to ``out``."""
+    from simulator.trace import dump_yaml
+
+    text = (
+        json.dumps(document, indent=1) + "\n"
+        if out.endswith(".json")
+        else header + dump_yaml(document)
+    )
+    if out == "-":
+        sys.stdout.write(text)
+        return 0
+    try:
+        Path(out).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        print(f"{command}: cannot write {out}: {exc}", file=sys.stderr)
+        return 1
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
-    from simulator.trace import TraceError, dump_yaml, from_dict
+    from simulator.trace import TraceError, from_dict
 
     try:
         spec = spec_from_args(args)
@@ -133,19 +155,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, TraceError) as exc:
         print(f"muster trace burst: {exc}", file=sys.stderr)
         return 2
-    text = (
-        json.dumps(document, indent=1) + "\n"
-        if args.out.endswith(".json")
-        else (_header(spec) + dump_yaml(document))
-    )
-    if args.out == "-":
-        sys.stdout.write(text)
-        return 0
-    try:
-        Path(args.out).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        print(f"muster trace burst: cannot write {args.out}: {exc}", file=sys.stderr)
-        return 1
+    done = write_trace("muster trace burst", args.out, document, _header(spec))
+    if done is not None:
+        return done
     print(
         f"wrote {args.out}: {trace.gang_count} gangs ({trace.pod_count} pods) in "
         f"{len(trace.jobs)} job groups, {trace.node_count} nodes, {len(trace.queues)} queue(s)"

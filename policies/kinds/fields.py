@@ -11,9 +11,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from policies.durations import DurationError, parse_clog_timeout, parse_duration
-from policies.model import PolicyError, is_digits, parse_priority
-from policies.vocabulary import CLOG_TIMEOUT, ELASTIC_AFTER, MIN_MEMBERS, PRIORITY, QUEUE
+from policies.durations import DurationError, parse_clog_timeout, parse_duration, shown
+from policies.model import PolicyError, parse_priority, spelled, whole_number
+from policies.topology import TopologyError, TopologyRequest, check_level, short_name
+from policies.vocabulary import (
+    CLOG_TIMEOUT,
+    ELASTIC_AFTER,
+    MIN_MEMBERS,
+    PRIORITY,
+    QUEUE,
+    TOPOLOGY_PREFERRED,
+    TOPOLOGY_REQUIRED,
+)
 
 
 class FieldError(ValueError):
@@ -31,6 +40,8 @@ class GangFields:
     elastic_after: float = 0.0
     clog_timeout: float | None = None
     """The gang's own clog timeout; None: the controller's default."""
+    topology: TopologyRequest | None = None
+    """muster.dev/topology-required or -preferred (the whole gang's, every pod set alike)."""
     present: tuple[tuple[str, str], ...] = ()
     """(key, text) of the fields that were set, to carry them on unchanged (a MiniCluster's
     jobLabels)."""
@@ -58,15 +69,13 @@ def field_source(
 def parse_min_members(value: object, size: int, where: str) -> int:
     """A gang minimum: a whole number from 1 to the gang's size."""
     fix = f"set it to a whole number from 1 to {size}"
-    text = value.strip() if isinstance(value, str) else value
-    if isinstance(text, bool) or not (
-        isinstance(text, int) or (isinstance(text, str) and is_digits(text.lstrip("-")))
-    ):
-        raise FieldError(f"{where}: {value!r} is not an integer; {fix}")
-    minimum = int(text)
+    minimum = whole_number(value)
+    if minimum is None:
+        raise FieldError(f"{where}: {shown(value)} is not an integer; {fix}")
     if not 1 <= minimum <= size:
         raise FieldError(
-            f"{where}: {minimum} is out of range; the gang has {size} members, so {fix}"
+            f"{where}: {spelled(minimum, value)} is out of range; the gang has {size} members, "
+            f"so {fix}"
         )
     return minimum
 
@@ -107,7 +116,34 @@ def read_gang_fields(
         except DurationError as exc:
             raise FieldError(str(exc)) from None
         present.append((CLOG_TIMEOUT, found[1].strip()))
-    return GangFields(minimum, priority, elastic_after, clog_timeout, tuple(present))
+    topology = read_topology(labels, annotations)
+    if topology is not None:
+        # Carried as a label value (a MiniCluster's jobLabels), which cannot hold a "/": the
+        # level's name part, which names it as well (policies.topology).
+        key = TOPOLOGY_REQUIRED if topology.required else TOPOLOGY_PREFERRED
+        present.append((key, short_name(topology.level)))
+    return GangFields(minimum, priority, elastic_after, clog_timeout, topology, tuple(present))
+
+
+def read_topology(
+    labels: Mapping[str, str], annotations: Mapping[str, str]
+) -> TopologyRequest | None:
+    """muster.dev/topology-required or muster.dev/topology-preferred (not both): a level."""
+    required = field_source(labels, annotations, TOPOLOGY_REQUIRED)
+    preferred = field_source(labels, annotations, TOPOLOGY_PREFERRED)
+    if required is not None and preferred is not None:
+        raise FieldError(
+            f"{required[0]} and {preferred[0]}: a gang asks for one topology level, required or "
+            "preferred; remove one of them"
+        )
+    found = required or preferred
+    if found is None:
+        return None
+    try:
+        level = check_level(found[1], found[0])
+    except TopologyError as exc:
+        raise FieldError(str(exc)) from None
+    return TopologyRequest(level, required is not None)
 
 
 def pointer(*keys: str) -> str:

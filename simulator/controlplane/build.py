@@ -10,6 +10,9 @@ Three builds, each into its own cache directory so that bumping one version rebu
   go.mod replaces sibling modules with relative paths, so `go install ...@version` refuses it).
 - `kwok-<version>/bin/kwok`: `go install sigs.k8s.io/kwok/cmd/kwok@<version>`.
 
+And one tool that is not part of the control plane, built the same way for the chart's tests:
+`helm-<version>/bin/helm` (`go install helm.sh/helm/v3/cmd/helm@<version>`, `ensure_helm`).
+
 A build writes into a temporary directory and is renamed into place only when every binary is
 there, so an interrupted build never leaves a cache that looks complete.
 """
@@ -74,6 +77,14 @@ class Binaries:
             kwok=root / f"kwok-{versions.KWOK}" / "bin" / "kwok",
         )
 
+    def gated(self) -> dict[str, Path]:
+        """The components that take `--feature-gates`, by name."""
+        return {
+            "kube-apiserver": self.kube_apiserver,
+            "kube-controller-manager": self.kube_controller_manager,
+            "kube-scheduler": self.kube_scheduler,
+        }
+
     def missing(self) -> list[Path]:
         return [p for p in self.all() if not os.access(p, os.X_OK)]
 
@@ -99,13 +110,15 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def check_go() -> str:
+def check_go(
+    minimum: tuple[int, int] = versions.MIN_GO, needed_by: str = f"Kubernetes {versions.KUBERNETES}"
+) -> str:
     """Return the `go` executable, or raise with what to install."""
     go = shutil.which("go")
     if go is None:
         raise BuildError(
             "go not found on PATH: muster builds the local control plane from Go modules; "
-            f"install Go >= {versions.MIN_GO[0]}.{versions.MIN_GO[1]} (https://go.dev/dl) "
+            f"install Go >= {minimum[0]}.{minimum[1]} (https://go.dev/dl) "
             "or add it to PATH"
         )
     out = subprocess.run([go, "version"], capture_output=True, text=True, check=False).stdout
@@ -113,10 +126,10 @@ def check_go() -> str:
     if not match:
         raise BuildError(f"could not read the Go version from {out.strip()!r}")
     found = (int(match.group(1)), int(match.group(2)))
-    if found < versions.MIN_GO:
+    if found < minimum:
         raise BuildError(
-            f"Go {found[0]}.{found[1]} is too old: Kubernetes {versions.KUBERNETES} needs Go >= "
-            f"{versions.MIN_GO[0]}.{versions.MIN_GO[1]}; install a newer Go and re-run"
+            f"Go {found[0]}.{found[1]} is too old: {needed_by} needs Go >= "
+            f"{minimum[0]}.{minimum[1]}; install a newer Go and re-run"
         )
     return go
 
@@ -132,7 +145,7 @@ def _go_env(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str
     return env
 
 
-def _run(
+def run_go(
     cmd: Sequence[str],
     *,
     cwd: Path,
@@ -140,6 +153,8 @@ def _run(
     step: str,
     extra_env: dict[str, str] | None = None,
 ) -> None:
+    """Run one Go command of a build in `cwd`, its output appended to `log_file`; raise a
+    BuildError naming `step`, with the log's last lines (and a hint when a download failed)."""
     with log_file.open("a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
@@ -166,9 +181,8 @@ def _run(
         )
 
 
-def _staging_replaces(go: str, workdir: Path, log_file: Path) -> list[str]:
-    """Every `k8s.io/<m>` the Kubernetes release replaces with a local staging path."""
-    module = f"k8s.io/kubernetes@{versions.KUBERNETES}"
+def _module_gomod(go: str, module: str, workdir: Path, log_file: Path) -> str:
+    """The go.mod of `module` (path@version), downloaded through the module proxy."""
     proc = subprocess.run(
         [go, "mod", "download", "-json", module],
         cwd=workdir,
@@ -186,7 +200,13 @@ def _staging_replaces(go: str, workdir: Path, log_file: Path) -> list[str]:
             "hint: check that the Go module proxy is reachable (go env GOPROXY) and that the "
             "version pinned in simulator/controlplane/versions.py exists"
         )
-    gomod = Path(info["GoMod"]).read_text()
+    return Path(info["GoMod"]).read_text()
+
+
+def _staging_replaces(go: str, workdir: Path, log_file: Path) -> list[str]:
+    """Every `k8s.io/<m>` the Kubernetes release replaces with a local staging path."""
+    module = f"k8s.io/kubernetes@{versions.KUBERNETES}"
+    gomod = _module_gomod(go, module, workdir, log_file)
     modules = re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", gomod, flags=re.MULTILINE)
     if not modules:
         raise BuildError(
@@ -201,7 +221,7 @@ def kubernetes_wrapper_gomod(staging_modules: Sequence[str]) -> str:
     lines = [
         "module muster.dev/build/kubernetes",
         "",
-        "go 1.25.0",
+        f"go {versions.MIN_GO[0]}.{versions.MIN_GO[1]}.0",
         "",
         f"require k8s.io/kubernetes {versions.KUBERNETES}",
         "",
@@ -228,7 +248,9 @@ def kubernetes_ldflags() -> str:
     )
 
 
-def _install(tmp_bin: Path, final_dir: Path, names: Sequence[str]) -> None:
+def install_binaries(tmp_bin: Path, final_dir: Path, names: Sequence[str]) -> None:
+    """Move a finished build's `names` from `tmp_bin` into `final_dir/bin` by one rename, so a
+    cache directory that exists is complete."""
     for name in names:
         if not (tmp_bin / name).exists():
             raise BuildError(f"build finished but {name} is missing from {tmp_bin}")
@@ -248,12 +270,14 @@ def build_kubernetes(go: str, root: Path, log: Log) -> None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         log_file.write_text("")
         log(f"building Kubernetes {versions.KUBERNETES} (log: {log_file}) ...")
-        (work / "go.mod").write_text("module muster.dev/build/probe\n\ngo 1.25.0\n")
+        (work / "go.mod").write_text(
+            f"module muster.dev/build/probe\n\ngo {versions.MIN_GO[0]}.{versions.MIN_GO[1]}.0\n"
+        )
         modules = _staging_replaces(go, work, log_file)
         (work / "go.mod").write_text(kubernetes_wrapper_gomod(modules))
         out = work / "out"
         out.mkdir()
-        _run(
+        run_go(
             [
                 go,
                 "build",
@@ -267,7 +291,7 @@ def build_kubernetes(go: str, root: Path, log: Log) -> None:
             log_file=log_file,
             step=f"go build of Kubernetes {versions.KUBERNETES}",
         )
-        _install(out, final, KUBERNETES_BINARIES)
+        install_binaries(out, final, KUBERNETES_BINARIES)
 
 
 def build_etcd(go: str, root: Path, log: Log) -> None:
@@ -284,7 +308,7 @@ def build_etcd(go: str, root: Path, log: Log) -> None:
         )
         out = work / "out"
         out.mkdir()
-        _run(
+        run_go(
             [
                 go,
                 "build",
@@ -298,7 +322,7 @@ def build_etcd(go: str, root: Path, log: Log) -> None:
             log_file=log_file,
             step=f"go build of etcd {versions.ETCD}",
         )
-        _install(out, final, ["etcd"])
+        install_binaries(out, final, ["etcd"])
 
 
 def build_kwok(go: str, root: Path, log: Log) -> None:
@@ -312,7 +336,7 @@ def build_kwok(go: str, root: Path, log: Log) -> None:
         out = work / "out"
         out.mkdir()
         # `go install pkg@version` builds outside any module, so -mod=mod does not apply.
-        _run(
+        run_go(
             [
                 go,
                 "install",
@@ -325,7 +349,69 @@ def build_kwok(go: str, root: Path, log: Log) -> None:
             step=f"go install of kwok {versions.KWOK}",
             extra_env={"GOBIN": str(out), "GOFLAGS": ""},
         )
-        _install(out, final, ["kwok"])
+        install_binaries(out, final, ["kwok"])
+
+
+def helm_path(root: Path | None = None) -> Path:
+    """Where the built `helm` is cached, whether or not it is there yet."""
+    return (root or cache_root()) / f"helm-{versions.HELM}" / "bin" / "helm"
+
+
+def helm_ldflags(helm_gomod: str) -> str:
+    """What Helm's Makefile sets: its version, and the Kubernetes version its client-go speaks
+    (the default `.Capabilities.KubeVersion` of `helm template`, and what `helm lint` checks
+    deprecated APIs against; without it both say Kubernetes 1.20)."""
+    match = re.search(r"^\s*k8s\.io/client-go v0\.(\d+)\.", helm_gomod, flags=re.MULTILINE)
+    if match is None:
+        raise BuildError(f"helm {versions.HELM}'s go.mod requires no k8s.io/client-go v0.x")
+    flags = ["-s -w", f"-X helm.sh/helm/v3/internal/version.version={versions.HELM}"]
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        flags += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={match.group(1)}"]
+    return " ".join(flags)
+
+
+def build_helm(go: str, root: Path, log: Log) -> None:
+    final = helm_path(root).parent.parent
+    with tempfile.TemporaryDirectory(prefix="muster-helm-build-") as tmp:
+        work = Path(tmp)
+        log_file = root / "logs" / f"build-helm-{versions.HELM}.log"
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        log_file.write_text("")
+        log(f"building helm {versions.HELM} (log: {log_file}) ...")
+        (work / "go.mod").write_text("module muster.dev/build/probe\n\ngo 1.26.0\n")
+        gomod = _module_gomod(go, f"helm.sh/helm/v3@{versions.HELM}", work, log_file)
+        out = work / "out"
+        out.mkdir()
+        # `go install pkg@version` builds outside any module, so -mod=mod does not apply.
+        run_go(
+            [
+                go,
+                "install",
+                "-trimpath",
+                "-ldflags",
+                helm_ldflags(gomod),
+                f"helm.sh/helm/v3/cmd/helm@{versions.HELM}",
+            ],
+            cwd=work,
+            log_file=log_file,
+            step=f"go install of helm {versions.HELM}",
+            extra_env={"GOBIN": str(out), "GOFLAGS": "", "CGO_ENABLED": "0"},
+        )
+        install_binaries(out, final, ["helm"])
+
+
+def ensure_helm(root: Path | None = None, log: Log = _stderr) -> Path:
+    """`helm`, built into the cache first if it is not there (a no-op when it is)."""
+    root = root or cache_root()
+    helm = helm_path(root)
+    if os.access(helm, os.X_OK):
+        return helm
+    go = check_go(versions.HELM_MIN_GO, f"helm {versions.HELM}")
+    root.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    build_helm(go, root, log)
+    log(f"  done in {time.monotonic() - started:.0f}s")
+    return helm
 
 
 def system_etcd() -> tuple[str, str] | None:

@@ -1,140 +1,64 @@
-"""Start, inspect and stop a local control plane on loopback, and create kwok fake nodes.
+"""Start, inspect and stop a named local control plane on loopback (`LocalCluster`), and create
+kwok fake nodes in it.
 
 Layout of a cluster's state directory (`<cache>/clusters/<name>/`, removed by `down`):
 
     pki/             CA, apiserver serving cert, admin client cert, service-account keys
     kubeconfig       admin kubeconfig (client cert in group system:masters)
     processes.json   pid, start time and command of every process we started
+    ports.json       the port each component listens on
+    features.json    the feature gates it runs with, which components take each, and the
+                     API versions they made the apiserver serve (`--runtime-config`)
     logs/<component>.log
     etcd/            etcd data (fsync off: this cluster is for tests and simulation)
 
-Every process is started in its own session and stopped by its recorded pid, after checking
-that the pid still belongs to the process we started (same start time), so `down` never
-signals anything else.
+Its parts: the processes, supervised and stopped by pid (`simulator.controlplane.processes`),
+each component's command line and health check (`simulator.controlplane.components`), the
+credentials (`simulator.controlplane.pki`), the kwok nodes (`simulator.controlplane.nodes`) and,
+when asked for, the real operators beside it (`simulator.controlplane.operators`, started by
+`simulator.controlplane.operatorrun`: the JobSet controller, the Flux Operator), supervised like
+the rest (in processes.json and ports.json, stopped by `down`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import signal
-import socket
-import ssl
-import subprocess
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from admission import kubeapi
-from admission.kubeapi import ApiError, KubeClient
+from kubeport.kubeapi import ApiError, KubeClient
 from simulator.controlplane import versions
 from simulator.controlplane.build import Binaries, cache_root, ensure_built
-from simulator.controlplane.pki import ClusterPki, create_cluster_pki
-
-FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-FAKE_NODE_TAINT = {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}
-NODE_GROUP_LABEL = "muster.dev/node-group"
-COMPONENTS = (
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kwok",
+from simulator.controlplane.components import (
+    API_ONLY,
+    COMPONENTS,
+    ComponentArgs,
+    free_ports,
+    health_check,
+    http_ok,
+    https_ok,
+    readyz,
 )
+from simulator.controlplane.errors import ClusterError
+from simulator.controlplane.features import NONE, FeatureGates, check_gates, read_state, write_state
+from simulator.controlplane.nodes import NodeShape, ensure_nodes
+from simulator.controlplane.operatorrun import OperatorPlace, start_operator
+from simulator.controlplane.operators import (
+    OPERATORS,
+    Operator,
+    ensure_operators,
+    source_of,
+)
+from simulator.controlplane.pki import create_cluster_pki, write_kubeconfig
+from simulator.controlplane.processes import ProcessRecord, Supervisor, alive
 
 Log = Callable[[str], None]
-
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-"""Processes this Python process started, kept so they are waited on (not leaked) at `down`."""
-
-
-class ClusterError(RuntimeError):
-    """The local control plane could not be started or used; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class NodeShape:
-    """What one group of kwok nodes offers (Kubernetes quantities) and how it is labelled."""
-
-    cpu: str = "32"
-    memory: str = "256Gi"
-    pods: str = "110"
-    extended: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-    def allocatable(self) -> dict[str, str]:
-        return {"cpu": self.cpu, "memory": self.memory, "pods": self.pods, **self.extended}
-
-
-@dataclass(frozen=True)
-class ProcessRecord:
-    component: str
-    pid: int
-    start_ticks: int
-    argv: list[str]
-    log: str
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process start time in clock ticks since boot, or None if there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Field 22, counted after the parenthesised command name (which may contain spaces).
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds a process has used so far, or None if there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    # utime and stime are fields 14 and 15 (1-based, counting the pid and the command name).
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _alive(record: ProcessRecord) -> bool:
-    ticks = _start_ticks(record.pid)
-    if ticks is None or ticks != record.start_ticks:
-        return False
-    try:
-        state = Path(f"/proc/{record.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct free loopback ports (held open together while picked, so they differ)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 @dataclass
@@ -144,6 +68,20 @@ class LocalCluster:
     name: str = "muster"
     root: Path = field(default_factory=cache_root)
     log: Log = field(default=lambda message: print(message, flush=True))
+    components: tuple[str, ...] = COMPONENTS
+    """What `up` starts: every component (the default), or a subset that holds etcd and the
+    apiserver (`API_ONLY`: an API with nothing acting on its objects but its clients)."""
+
+    def __post_init__(self) -> None:
+        unknown = [c for c in self.components if c not in COMPONENTS]
+        missing = [c for c in API_ONLY if c not in self.components]
+        if unknown or missing:
+            raise ClusterError(
+                f"cluster {self.name!r}: components {', '.join(self.components)}: "
+                + (f"unknown {', '.join(unknown)} " if unknown else "")
+                + (f"missing {', '.join(missing)} " if missing else "")
+                + f"(known: {', '.join(COMPONENTS)}; etcd and kube-apiserver always run)"
+            )
 
     @property
     def state_dir(self) -> Path:
@@ -154,20 +92,15 @@ class LocalCluster:
         return self.state_dir / "kubeconfig"
 
     @property
-    def _records_path(self) -> Path:
-        return self.state_dir / "processes.json"
+    def processes(self) -> Supervisor:
+        return Supervisor(self.state_dir)
 
-    # ----------------------------------------------------------------- process bookkeeping
     def records(self) -> list[ProcessRecord]:
-        try:
-            raw = json.loads(self._records_path.read_text())
-        except (OSError, ValueError):
-            return []
-        return [ProcessRecord(**r) for r in raw]
+        return self.processes.records()
 
     def component_pids(self) -> dict[str, int]:
         """Pid of each live component this cluster started (etcd, kube-apiserver, ...)."""
-        return {r.component: r.pid for r in self.records() if _alive(r)}
+        return {r.component: r.pid for r in self.records() if alive(r)}
 
     @classmethod
     def of_kubeconfig(cls, kubeconfig: Path) -> LocalCluster | None:
@@ -177,28 +110,6 @@ class LocalCluster:
             return None
         return cls(name=state.name, root=state.parent.parent)
 
-    def _save_records(self, records: Sequence[ProcessRecord]) -> None:
-        tmp = self._records_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps([r.__dict__ for r in records], indent=2))
-        tmp.rename(self._records_path)
-
-    def _spawn(self, component: str, argv: list[str], records: list[ProcessRecord]) -> None:
-        log_path = self.state_dir / "logs" / f"{component}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("ab") as log_file:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                cwd=self.state_dir,
-            )
-        _CHILDREN[proc.pid] = proc
-        ticks = _start_ticks(proc.pid)
-        records.append(ProcessRecord(component, proc.pid, ticks or 0, argv, str(log_path)))
-        self._save_records(records)
-
     def client(self) -> KubeClient:
         return KubeClient.from_kubeconfig(self.kubeconfig)
 
@@ -206,28 +117,63 @@ class LocalCluster:
         records = self.records()
         if not records or not self.kubeconfig.exists():
             return False
-        if not all(_alive(r) for r in records):
+        if not all(alive(r) for r in records):
             return False
         with self.client() as client:
             try:
-                return _readyz(client)
+                return readyz(client)
             except OSError:
                 return False
 
+    @property
+    def features(self) -> FeatureGates:
+        """The feature gates this cluster was started with (none recorded: none)."""
+        return read_state(self.state_dir)
+
     # ----------------------------------------------------------------------------- up
-    def up(self, nodes: int = 0, shape: NodeShape | None = None, group: str = "default") -> None:
-        """Start the control plane (or find it running) and make sure `nodes` kwok nodes exist."""
+    def up(
+        self,
+        nodes: int = 0,
+        shape: NodeShape | None = None,
+        group: str = "default",
+        operators: Sequence[Operator] = (),
+        feature_gates: Mapping[str, bool] | None = None,
+    ) -> None:
+        """Start the control plane (or find it running) with `operators` beside it, and make
+        sure `nodes` kwok nodes exist.
+
+        `feature_gates` (None: whatever a running cluster has, none for a new one) are checked
+        against the components before anything starts, and a running cluster with other gates is
+        refused rather than silently kept."""
         shape = shape or NodeShape()
+        if nodes and "kwok" not in self.components:
+            raise ClusterError(f"cluster {self.name!r}: kwok nodes need kwok among its components")
         if self.is_healthy():
+            running = self.features
+            if feature_gates is not None and dict(feature_gates) != dict(running.gates):
+                raise ClusterError(
+                    f"cluster {self.name!r} is running with feature gates {running.describe()}, "
+                    f"not {FeatureGates(dict(feature_gates), {}).describe()}: stop it first "
+                    f"(muster cluster down --name {self.name}) or pick another --name"
+                )
             self.log(f"cluster {self.name!r} is already running; KUBECONFIG={self.kubeconfig}")
+            self.start_operators(operators)
         else:
+            binaries = ensure_built(self.root, log=self.log)
+            features = (
+                check_gates(feature_gates, binaries.gated(), versions.KUBERNETES)
+                if feature_gates
+                else NONE
+            )
             if self.state_dir.exists():
                 self.log(f"cluster {self.name!r}: cleaning up a previous run that is not healthy")
                 self.down(quiet=True)
-            binaries = ensure_built(self.root, log=self.log)
+            # Built before anything starts: a failed build leaves no cluster half up.
+            ensure_operators(operators, self.root, self.log)
             started = time.monotonic()
             try:
-                self._start(binaries)
+                self._start(binaries, features)
+                self.start_operators(operators)
             except BaseException:
                 self.down(quiet=True, keep_logs=True)
                 raise
@@ -238,74 +184,92 @@ class LocalCluster:
         if nodes:
             self.ensure_nodes(nodes, shape, group=group)
 
-    def _start(self, binaries: Binaries) -> None:
+    def operators(self) -> list[Operator]:
+        """The operators this cluster runs (alive), in catalogue order."""
+        live = {r.component for r in self.records() if alive(r)}
+        return [op for op in OPERATORS.values() if op.component in live]
+
+    def start_operators(self, operators: Sequence[Operator]) -> None:
+        """Start each of `operators` this cluster does not run yet, built first if needed, each
+        once the one before it is ready. One that cannot be started is stopped again (the
+        cluster stays as it was) and raises ClusterError."""
+        missing = [op for op in operators if op not in self.operators()]
+        if not missing:
+            return
+        binaries = ensure_operators(missing, self.root, self.log)
+        processes = self.processes
+        records = processes.records()
+        ports = self._ports()
+        with self.client() as client:
+            for op in missing:
+                place = OperatorPlace(
+                    op, binaries[op.name], source_of(op), self.state_dir, self.kubeconfig
+                )
+                try:
+                    ports[op.component] = start_operator(place, processes, records, client)
+                except (ClusterError, ApiError, OSError, ValueError) as exc:
+                    processes.discard(op.component, records)
+                    raise ClusterError(f"{op.component} could not be started: {exc}") from exc
+                self._save_ports(ports)
+                self.log(f"cluster {self.name!r}: {op.component} {op.version} ready")
+
+    def _ports(self) -> dict[str, int]:
+        ports: dict[str, int] = {}
+        with contextlib.suppress(OSError, ValueError):
+            ports = json.loads((self.state_dir / "ports.json").read_text())
+        return ports
+
+    def _save_ports(self, ports: dict[str, int]) -> None:
+        (self.state_dir / "ports.json").write_text(json.dumps(ports))
+
+    def _start(self, binaries: Binaries, features: FeatureGates = NONE) -> None:
+        """Every component in order, each once the ones it needs answer: etcd, the apiserver,
+        then those of the controller manager, the scheduler and kwok it runs."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        write_state(self.state_dir, features)
         pki = create_cluster_pki(self.state_dir / "pki")
         etcd_port, etcd_peer, api_port, cm_port, sched_port, kwok_port = free_ports(6)
-        self._write_kubeconfig(pki, api_port)
+        write_kubeconfig(self.kubeconfig, self.name, pki, api_port)
+        args = ComponentArgs(self.name, self.state_dir, self.kubeconfig, binaries, pki, features)
+        processes = self.processes
         records: list[ProcessRecord] = []
 
-        self._spawn("etcd", self._etcd_argv(binaries, etcd_port, etcd_peer), records)
-        self._wait("etcd", records, lambda: _http_ok(f"http://127.0.0.1:{etcd_port}/health"), 30)
+        processes.spawn("etcd", args.etcd(etcd_port, etcd_peer), records)
+        processes.wait("etcd", records, lambda: http_ok(f"http://127.0.0.1:{etcd_port}/health"), 30)
 
-        self._spawn(
-            "kube-apiserver", self._apiserver_argv(binaries, pki, api_port, etcd_port), records
-        )
+        processes.spawn("kube-apiserver", args.apiserver(api_port, etcd_port), records)
         with self.client() as client:
-            self._wait("kube-apiserver", records, lambda: _readyz(client), 90)
+            processes.wait("kube-apiserver", records, lambda: readyz(client), 90)
 
-        self._spawn("kube-controller-manager", self._cm_argv(binaries, pki, cm_port), records)
-        self._spawn("kube-scheduler", self._scheduler_argv(binaries, sched_port), records)
-        self._spawn("kwok", self._kwok_argv(binaries, kwok_port), records)
-        self._wait(
-            "kube-controller-manager",
-            records,
-            lambda: _https_ok(f"https://127.0.0.1:{cm_port}/healthz"),
-            60,
-        )
-        self._wait(
-            "kube-scheduler",
-            records,
-            lambda: _https_ok(f"https://127.0.0.1:{sched_port}/healthz"),
-            60,
-        )
-        self._wait("kwok", records, lambda: _http_ok(f"http://127.0.0.1:{kwok_port}/healthz"), 60)
-        (self.state_dir / "ports.json").write_text(
-            json.dumps(
-                {
-                    "etcd": etcd_port,
-                    "kube-apiserver": api_port,
-                    "kube-controller-manager": cm_port,
-                    "kube-scheduler": sched_port,
-                    "kwok": kwok_port,
-                }
-            )
-        )
-
-    def _wait(
-        self,
-        component: str,
-        records: Sequence[ProcessRecord],
-        check: Callable[[], bool],
-        timeout: float,
-    ) -> None:
-        record = next(r for r in records if r.component == component)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not _alive(record):
-                log = Path(record.log)
-                hint = ""
-                if "address already in use" in _tail(log, 50):
-                    hint = "\nhint: a port was taken between picking it and binding; run up again"
-                raise ClusterError(f"{component} exited at start; log {log}:\n{_tail(log)}{hint}")
-            with contextlib.suppress(OSError, ValueError, ssl.SSLError):
-                if check():
-                    return
-            time.sleep(0.2)
-        raise ClusterError(
-            f"{component} did not become healthy within {timeout:.0f}s; "
-            f"log {record.log}:\n{_tail(Path(record.log))}"
-        )
+        # The others start together (none needs another), then each is awaited. A command
+        # line is made only for a component that runs (the scheduler's and kwok's write files).
+        others: dict[str, tuple[Callable[[], list[str]], Callable[[], bool]]] = {
+            "kube-controller-manager": (
+                lambda: args.controller_manager(cm_port),
+                lambda: https_ok(f"https://127.0.0.1:{cm_port}/healthz"),
+            ),
+            "kube-scheduler": (
+                lambda: args.scheduler(sched_port),
+                lambda: https_ok(f"https://127.0.0.1:{sched_port}/healthz"),
+            ),
+            "kwok": (
+                lambda: args.kwok(kwok_port),
+                lambda: http_ok(f"http://127.0.0.1:{kwok_port}/healthz"),
+            ),
+        }
+        wanted = [c for c in others if c in self.components]
+        for component in wanted:
+            processes.spawn(component, others[component][0](), records)
+        for component in wanted:
+            processes.wait(component, records, others[component][1], 60)
+        ports = {
+            "etcd": etcd_port,
+            "kube-apiserver": api_port,
+            "kube-controller-manager": cm_port,
+            "kube-scheduler": sched_port,
+            "kwok": kwok_port,
+        }
+        self._save_ports({c: port for c, port in ports.items() if c in self.components})
 
     # ------------------------------------------------------------------------ faults
     def restart(self, component: str, sig: int = signal.SIGKILL, down_for: float = 0.0) -> float:
@@ -313,197 +277,25 @@ class LocalCluster:
         seconds, and start it again with the same command line: the same ports, certificates
         and (etcd) data, as a crashed process restarted by its supervisor. Returns the seconds
         from the kill until it answered its health check again. For fault tests."""
-        records = self.records()
-        record = next((r for r in records if r.component == component and _alive(r)), None)
+        processes = self.processes
+        records = processes.records()
+        record = next((r for r in records if r.component == component and alive(r)), None)
         if record is None:
             raise ClusterError(f"cluster {self.name!r} runs no live {component}")
         began = time.monotonic()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(record.pid, sig)
-        while _alive(record):
-            _reap(record.pid)
-            time.sleep(0.05)
-        _reap(record.pid)
+        processes.kill(record, sig)
         time.sleep(down_for)
         records.remove(record)
-        self._spawn(component, record.argv, records)
+        processes.spawn(component, record.argv, records)
+        port = self._ports()[component]
         with self.client() as client:
-            self._wait(component, records, self._health_check(component, client), 90)
+            processes.wait(component, records, health_check(component, port, client), 90)
         return time.monotonic() - began
-
-    def _health_check(self, component: str, client: KubeClient) -> Callable[[], bool]:
-        port = json.loads((self.state_dir / "ports.json").read_text())[component]
-        if component == "etcd":
-            return lambda: _http_ok(f"http://127.0.0.1:{port}/health")
-        if component == "kube-apiserver":
-            return lambda: _readyz(client)
-        if component == "kwok":
-            return lambda: _http_ok(f"http://127.0.0.1:{port}/healthz")
-        return lambda: _https_ok(f"https://127.0.0.1:{port}/healthz")
-
-    # ------------------------------------------------------------------ component argv
-    def _etcd_argv(self, b: Binaries, port: int, peer: int) -> list[str]:
-        return [
-            str(b.etcd),
-            f"--name={self.name}",
-            f"--data-dir={self.state_dir / 'etcd'}",
-            f"--listen-client-urls=http://127.0.0.1:{port}",
-            f"--advertise-client-urls=http://127.0.0.1:{port}",
-            f"--listen-peer-urls=http://127.0.0.1:{peer}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-            f"--initial-cluster={self.name}=http://127.0.0.1:{peer}",
-            "--quota-backend-bytes=8589934592",
-            # A throwaway cluster for tests and simulation: durability is not worth the latency.
-            "--unsafe-no-fsync=true",
-            "--log-level=warn",
-        ]
-
-    def _apiserver_argv(self, b: Binaries, pki: ClusterPki, port: int, etcd: int) -> list[str]:
-        return [
-            str(b.kube_apiserver),
-            f"--etcd-servers=http://127.0.0.1:{etcd}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--tls-cert-file={pki.apiserver.cert}",
-            f"--tls-private-key-file={pki.apiserver.key}",
-            f"--client-ca-file={pki.ca.cert}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki.service_account_pub}",
-            f"--service-account-signing-key-file={pki.service_account_key}",
-            "--service-cluster-ip-range=10.96.0.0/16",
-            "--authorization-mode=Node,RBAC",
-            "--allow-privileged=true",
-            # The endpoint reconciler would publish 127.0.0.1 as the kubernetes service, which
-            # Endpoints validation rejects; nothing in this cluster dials that service.
-            "--endpoint-reconciler-type=none",
-            "--max-requests-inflight=1000",
-            "--max-mutating-requests-inflight=500",
-            f"--cert-dir={self.state_dir / 'pki' / 'apiserver'}",
-            "--v=1",
-        ]
-
-    def _cm_argv(self, b: Binaries, pki: ClusterPki, port: int) -> list[str]:
-        kc = str(self.kubeconfig)
-        return [
-            str(b.kube_controller_manager),
-            f"--kubeconfig={kc}",
-            f"--authentication-kubeconfig={kc}",
-            f"--authorization-kubeconfig={kc}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--cert-dir={self.state_dir / 'pki' / 'controller-manager'}",
-            "--leader-elect=false",
-            f"--service-account-private-key-file={pki.service_account_key}",
-            f"--root-ca-file={pki.ca.cert}",
-            "--kube-api-qps=500",
-            "--kube-api-burst=1000",
-            "--concurrent-job-syncs=20",
-            # Fake nodes never fail: their heartbeats (kwok-stages.yaml, every 10-15 min, few
-            # writes) must never make the node lifecycle controller taint them unreachable and
-            # mark their pods not ready, however late a busy kwok posts them.
-            "--node-monitor-grace-period=1h",
-            "--v=1",
-        ]
-
-    def _scheduler_argv(self, b: Binaries, port: int) -> list[str]:
-        config = self.state_dir / "scheduler.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "kubescheduler.config.k8s.io/v1",
-                    "kind": "KubeSchedulerConfiguration",
-                    "clientConnection": {
-                        "kubeconfig": str(self.kubeconfig),
-                        "qps": 500,
-                        "burst": 1000,
-                    },
-                    "leaderElection": {"leaderElect": False},
-                }
-            )
-        )
-        kc = str(self.kubeconfig)
-        return [
-            str(b.kube_scheduler),
-            f"--config={config}",
-            f"--authentication-kubeconfig={kc}",
-            f"--authorization-kubeconfig={kc}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--cert-dir={self.state_dir / 'pki' / 'scheduler'}",
-            "--v=1",
-        ]
-
-    def _kwok_argv(self, b: Binaries, port: int) -> list[str]:
-        stages = self.state_dir / "kwok-stages.yaml"
-        stages.write_text(
-            resources.files("simulator.controlplane").joinpath("kwok-stages.yaml").read_text()
-        )
-        return [
-            str(b.kwok),
-            f"--kubeconfig={self.kubeconfig}",
-            f"--config={stages}",
-            "--manage-all-nodes=false",
-            f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
-            f"--server-address=127.0.0.1:{port}",
-            "--cidr=10.0.0.1/16",
-            "--node-ip=10.0.0.1",
-            # At INFO kwok writes a JSON line for every pod and node PATCH it sends: 30,000
-            # lines in a replay of the mixed trace, on the cores the replay needs.
-            "--v=WARN",
-        ]
-
-    def _write_kubeconfig(self, pki: ClusterPki, port: int) -> None:
-        doc = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": self.name,
-                    "cluster": {
-                        "server": f"https://127.0.0.1:{port}",
-                        "certificate-authority": str(pki.ca.cert),
-                    },
-                }
-            ],
-            "users": [
-                {
-                    "name": "admin",
-                    "user": {
-                        "client-certificate": str(pki.admin.cert),
-                        "client-key": str(pki.admin.key),
-                    },
-                }
-            ],
-            "contexts": [{"name": self.name, "context": {"cluster": self.name, "user": "admin"}}],
-            "current-context": self.name,
-        }
-        self.kubeconfig.write_text(yaml.safe_dump(doc))
-        self.kubeconfig.chmod(0o600)
 
     # --------------------------------------------------------------------------- down
     def down(self, quiet: bool = False, keep_logs: bool = False) -> list[int]:
         """Stop every process this cluster started and remove its state. Returns stopped pids."""
-        stopped: list[int] = []
-        every = self.records()
-        records = [r for r in reversed(every) if _alive(r)]
-        for record in records:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(record.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for record in records:
-            while _alive(record) and time.monotonic() < deadline:
-                _reap(record.pid)
-                time.sleep(0.05)
-            if _alive(record):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(record.pid, signal.SIGKILL)
-                while _alive(record):
-                    _reap(record.pid)
-                    time.sleep(0.05)
-            stopped.append(record.pid)
-        for record in every:
-            _reap(record.pid)
+        stopped = self.processes.stop_all()
         if keep_logs and self.state_dir.exists():
             saved = self.root / "clusters" / f"{self.name}-failed-logs"
             shutil.rmtree(saved, ignore_errors=True)
@@ -519,16 +311,15 @@ class LocalCluster:
 
     # ------------------------------------------------------------------------- status
     def status(self) -> dict[str, Any]:
-        ports: dict[str, int] = {}
-        with contextlib.suppress(OSError, ValueError):
-            ports = json.loads((self.state_dir / "ports.json").read_text())
+        features = self.features
+        ports = self._ports()
         components = []
         for record in self.records():
             components.append(
                 {
                     "component": record.component,
                     "pid": record.pid,
-                    "running": _alive(record),
+                    "running": alive(record),
                     "port": ports.get(record.component),
                     "log": record.log,
                 }
@@ -542,7 +333,10 @@ class LocalCluster:
                 "kubernetes": versions.KUBERNETES,
                 "etcd": versions.ETCD,
                 "kwok": versions.KWOK,
+                **{op.component: op.version for op in self.operators()},
             },
+            "featureGates": dict(sorted(features.gates.items())),
+            "runtimeConfig": features.runtime_config(),
             "components": components,
         }
 
@@ -557,124 +351,14 @@ class LocalCluster:
     ) -> None:
         """Make sure `count` kwok nodes of this group exist and are Ready (creates the missing)."""
         with self.client() as client:
-            self._ensure_nodes(client, count, shape, group, timeout, workers)
-
-    def _ensure_nodes(
-        self,
-        client: KubeClient,
-        count: int,
-        shape: NodeShape,
-        group: str,
-        timeout: float,
-        workers: int,
-    ) -> None:
-        selector = f"{NODE_GROUP_LABEL}={group}"
-        existing = {
-            n["metadata"]["name"]
-            for n in client.get(kubeapi.NODES.path(), {"labelSelector": selector})["items"]
-        }
-        wanted = [f"kwok-{group}-{i}" for i in range(count)]
-        missing = [name for name in wanted if name not in existing]
-        started = time.monotonic()
-        if missing:
-            self.log(f"creating {len(missing)} kwok nodes in group {group!r} ...")
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                for done, _ in enumerate(
-                    pool.map(lambda n: _create_node(client, n, shape, group), missing), 1
-                ):
-                    if done % 250 == 0 or done == len(missing):
-                        self.log(f"  created {done}/{len(missing)}")
-        ready = wait_nodes_ready(client, count, selector, timeout)
-        self.log(f"{ready} kwok nodes Ready in group {group!r} ({time.monotonic() - started:.1f}s)")
+            ensure_nodes(client, count, shape, group, timeout, workers, self.log)
 
 
-def kwok_node(
-    name: str,
-    allocatable: Mapping[str, str],
-    labels: Mapping[str, str],
-    taints: Sequence[Mapping[str, str]] = (),
-) -> dict[str, Any]:
-    """The body of a fake node that kwok manages (annotation), pods must tolerate (taint)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {
-                "type": "kwok",
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                **labels,
-            },
-        },
-        "spec": {"taints": [dict(FAKE_NODE_TAINT), *(dict(t) for t in taints)]},
-        "status": {"allocatable": dict(allocatable), "capacity": dict(allocatable)},
-    }
-
-
-def _create_node(client: KubeClient, name: str, shape: NodeShape, group: str) -> None:
-    body = kwok_node(name, shape.allocatable(), {NODE_GROUP_LABEL: group, **shape.labels})
-    try:
-        client.create(kubeapi.NODES.path(), body)
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
-
-
-def count_ready(nodes: Sequence[Mapping[str, Any]]) -> int:
-    ready = 0
-    for node in nodes:
-        for cond in node.get("status", {}).get("conditions") or []:
-            if cond.get("type") == "Ready" and cond.get("status") == "True":
-                ready += 1
-                break
-    return ready
-
-
-def wait_nodes_ready(client: KubeClient, count: int, selector: str, timeout: float) -> int:
-    deadline = time.monotonic() + timeout
-    ready = 0
-    while time.monotonic() < deadline:
-        items = client.get(kubeapi.NODES.path(), {"labelSelector": selector})["items"]
-        ready = count_ready(items)
-        if ready >= count:
-            return ready
-        time.sleep(0.5)
-    raise ClusterError(
-        f"only {ready}/{count} kwok nodes became Ready within {timeout:.0f}s; "
-        "check the kwok log (muster cluster status)"
-    )
-
-
-def _reap(pid: int) -> None:
-    """Collect our own exited children so they do not linger as zombies."""
-    proc = _CHILDREN.get(pid)
-    if proc is not None:
-        if proc.poll() is not None:
-            del _CHILDREN[pid]
-        return
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def _http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=2) as response:
-        return bool(response.status == 200)
-
-
-def _https_ok(url: str) -> bool:
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    with urllib.request.urlopen(url, timeout=2, context=ctx) as response:
-        return bool(response.status == 200)
-
-
-def _readyz(client: KubeClient) -> bool:
-    status, _ = client.raw_get("/readyz")
-    return status == 200
+def operators_of(kubeconfig: Path) -> list[Operator]:
+    """The operators the local cluster of `kubeconfig` runs; none for a cluster `up` did not
+    start (whatever runs there is not ours to know)."""
+    cluster = LocalCluster.of_kubeconfig(kubeconfig)
+    return cluster.operators() if cluster is not None else []
 
 
 @contextlib.contextmanager

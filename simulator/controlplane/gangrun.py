@@ -4,7 +4,8 @@ kwok completes each pod on its own (Stage `muster-pod-complete`, after `muster.d
 a gang that is only partly placed would still make progress, and clogs would never appear. Real
 gangs (MPI ranks, a Flux MiniCluster) wait for their peers while holding their nodes. The
 `GangRunner` models that: pods annotated `muster.dev/gang-runtime: "30s"` run until the gang's
-minimum members (the Job's `muster.dev/min-members`, else its parallelism) are all Running; then
+minimum members (the pod's own `muster.dev/min-members` annotation, as a JobSet's and a pod
+group's pods carry it, else its Job's, else the Job's parallelism) are all Running; then
 it writes `muster.dev/complete-at` = now + runtime on each running member, and kwok (Stage
 `muster-pod-complete-at`) completes them together at that time. A member that starts later in
 the same run gets the same time. When every pod of a gang is gone (evicted), the next run starts
@@ -22,11 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from admission import kubeapi
-from admission.kubeapi import ApiError, KubeClient
+from kubeport import kubeapi
+from kubeport.kubeapi import ApiError, KubeClient
 from policies.durations import DurationError, parse_duration
 from policies.kinds import JOB, FieldError, job_gang_size
-from policies.vocabulary import COMPLETE_AT, GANG, GANG_RUNTIME
+from policies.vocabulary import COMPLETE_AT, GANG, GANG_RUNTIME, MIN_MEMBERS
 
 JOB_NAME = "batch.kubernetes.io/job-name"
 
@@ -201,6 +202,10 @@ class GangRunner:
 
     def _min_members(self, pod: dict[str, Any]) -> int | None:
         meta = pod["metadata"]
+        said = (meta.get("annotations") or {}).get(MIN_MEMBERS)
+        if said is not None and said.isdigit():
+            # The gang's minimum on its pods (a JobSet's, a pod group's: not their Job's).
+            return int(said)
         job = (meta.get("labels") or {}).get(JOB_NAME)
         if job is None:
             return 1

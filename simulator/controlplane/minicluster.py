@@ -1,23 +1,27 @@
-"""The MiniCluster CRD muster's tests and kwok engine install, and a stand-in for the Flux Operator.
+"""The MiniCluster CRD muster's tests and kwok engine install, and what makes each MiniCluster's
+Job there: the real Flux Operator where the cluster runs it, else a stand-in reconciler.
 
-The CRD: where the Flux Operator's published CRD sits beside the repository
-(`../shared/crds/miniclusters.flux-framework.org.yaml`, as CI and the development machines lay
-it out), that one is installed, so every MiniCluster muster handles is validated (and pruned) by
-the real schema. A checkout without it installs the stand-in `minicluster-crd.yaml`, a subset of
-the real schema (a unit test holds it to that). `minicluster_crd` is the one place that chooses;
-`$MUSTER_MINICLUSTER_CRD` overrides it with a file, or with `stand-in`.
+The CRD: where the Flux Operator's source sits beside the repository
+(`../shared/src/flux-operator/config/crd/bases/`, `simulator.controlplane.operators`), its CRD
+is installed; else its published CRD (`../shared/crds/miniclusters.flux-framework.org.yaml`);
+so every MiniCluster muster handles is validated (and pruned) by the real schema. A checkout
+without either installs the stand-in `minicluster-crd.yaml`, a subset of the real schema (a unit
+test holds it to that). `minicluster_crd` is the one place that chooses; `$MUSTER_MINICLUSTER_CRD`
+overrides it with a file, or with `stand-in`.
 
-The reconciler: the real operator cannot be built here (the Go module proxy refuses its module
-path), so tests and the kwok engine run `MiniClusterReconciler`. It creates what the operator's
-`NewMiniClusterJob` creates, which is all muster looks at: a Job named after the MiniCluster,
-labelled with `spec.jobLabels`, Indexed, completions = parallelism = `spec.size`,
-backoffLimit from `spec.backoffLimit` (else 100), activeDeadlineSeconds from
-`spec.deadlineSeconds` (the real CRD defaults it to 31500000), pod labels, annotations,
-nodeSelector, tolerations and restartPolicy from `spec.pod`, the operator's affinity (preferred
-one pod per node, preferred one zone; required node affinity from `spec.pod.nodeAffinity`;
-none with `spec.network.disableAffinity`), container name, image and resources from
-`spec.containers`, and a controller owner reference to the MiniCluster. Flux itself, its init
-container, ConfigMaps, Secrets and Services are not modelled.
+The Job: a cluster brought up with the Flux Operator (`muster cluster up --operators flux`) has
+the real operator make it (`FluxOperator`, nothing to run here). Elsewhere (a checkout without
+the operator's source, a cluster started without it) tests and the kwok engine run
+`MiniClusterReconciler`, which creates what the operator's `NewMiniClusterJob` creates and all
+that muster looks at: a Job named after the MiniCluster, labelled with `spec.jobLabels`, Indexed,
+completions = parallelism = `spec.size`, backoffLimit from `spec.backoffLimit` (else 100),
+activeDeadlineSeconds from `spec.deadlineSeconds` (the real CRD defaults it to 31500000), pod
+labels, annotations, nodeSelector, tolerations and restartPolicy from `spec.pod`, the operator's
+affinity (preferred one pod per node, preferred one zone; required node affinity from
+`spec.pod.nodeAffinity`; none with `spec.network.disableAffinity`), container name, image and
+resources from `spec.containers`, and a controller owner reference to the MiniCluster. Flux
+itself, its init container, ConfigMaps, Services and the operator's resizing of the Job to
+`spec.size` are not modelled. `job_maker` is the one place that chooses.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import yaml
 
-from admission import kubeapi
-from admission.kubeapi import ApiError, KubeClient
+from kubeport import kubeapi
+from kubeport.kubeapi import ApiError, KubeClient
 from policies.kinds.minicluster import minicluster_job
+from simulator.controlplane.operators import FLUX, is_present, source_of
 
 CRD_NAME: Final = "miniclusters.flux-framework.org"
 MINICLUSTERS: Final = kubeapi.MINICLUSTERS.path()
@@ -80,7 +85,8 @@ def storage_schema(crd: Mapping[str, Any]) -> dict[str, Any]:
 
 def minicluster_crd(environ: Mapping[str, str] | None = None, repo: Path = REPO) -> MiniClusterCrd:
     """The MiniCluster CRD to install: `$MUSTER_MINICLUSTER_CRD` (a file, or `stand-in`), else
-    the Flux Operator's CRD in `shared/crds/` beside the repository, else the stand-in."""
+    the Flux Operator's CRD in its source, else its published CRD in `shared/crds/` beside the
+    repository, else the stand-in."""
     environ = os.environ if environ is None else environ
     override = environ.get(CRD_ENV, "").strip()
     if override == "stand-in":
@@ -93,8 +99,11 @@ def minicluster_crd(environ: Mapping[str, str] | None = None, repo: Path = REPO)
                 "`stand-in`, or unset it to use ../shared/crds beside the repository"
             )
     else:
-        shared = repo.parent / "shared" / SHARED_CRD
-        path = shared if shared.is_file() else STAND_IN_FILE
+        candidates = [
+            source_of(FLUX, environ, repo) / FLUX.crds[0],
+            repo.parent / "shared" / SHARED_CRD,
+        ]
+        path = next((c for c in candidates if c.is_file()), STAND_IN_FILE)
     crd = _load_crd(path)
     return MiniClusterCrd(body=crd, path=path, stand_in=_is_stand_in(crd))
 
@@ -267,3 +276,62 @@ class MiniClusterReconciler:
                 self.reconcile_once()
             except (ApiError, OSError) as exc:
                 self.errors.append(str(exc))
+
+
+class JobMaker(Protocol):
+    """What makes each MiniCluster's Job for a test or a replay (`job_maker` chooses)."""
+
+    errors: list[str]
+    retried: list[str]
+
+    def start(self) -> JobMaker: ...
+
+    def stop(self) -> None: ...
+
+    def reconcile(self, mc: dict[str, Any]) -> bool: ...
+
+
+class FluxOperator:
+    """The real Flux Operator makes the Jobs: it runs beside the cluster
+    (`simulator.controlplane.operatorrun`), so there is nothing to start or stop here, and its
+    errors are in its log (logs/flux-operator.log), not here."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.retried: list[str] = []
+
+    def start(self) -> FluxOperator:
+        return self
+
+    def stop(self) -> None:
+        return None
+
+    def reconcile(self, mc: dict[str, Any]) -> bool:
+        return True
+
+
+def job_maker(
+    client: KubeClient,
+    namespace: str | None = None,
+    *,
+    real: bool,
+    interval: float = 0.2,
+    suspend: bool = False,
+) -> JobMaker:
+    """The real operator (`real`: the cluster runs it), else the stand-in reconciler of
+    `namespace` (its Jobs created suspended with `suspend`; the real operator cannot: an
+    outside controller's webhook must hold them, as Kueue's does)."""
+    if real:
+        return FluxOperator()
+    return MiniClusterReconciler(client, namespace, interval, suspend=suspend)
+
+
+def describe_job_maker(real: bool, environ: Mapping[str, str] | None = None) -> str:
+    """Which one makes the MiniClusters' Jobs, for a test report or a replay's log."""
+    source = source_of(FLUX, environ)
+    if real:
+        return f"the Flux Operator {FLUX.version} (built from {source})"
+    why = "the cluster runs no Flux Operator"
+    if not is_present(source):
+        why = f"no Flux Operator source at {source}"
+    return f"muster's stand-in reconciler ({why})"

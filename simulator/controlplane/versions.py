@@ -8,17 +8,35 @@ from __future__ import annotations
 
 from typing import Final
 
-KUBERNETES: Final = "v1.35.4"
+KUBERNETES: Final = "v1.37.2"
 """k8s.io/kubernetes release; every staging module k8s.io/<m> is pinned to v0.<minor>.<patch>."""
 
 ETCD: Final = "v3.5.35"
-"""go.etcd.io/etcd/server/v3 release (etcd 3.5 is supported by Kubernetes 1.35)."""
+"""go.etcd.io/etcd/server/v3 release. Kubernetes 1.37 still supports etcd 3.5 (kubeadm's
+`MinExternalEtcdVersion` is 3.5.24-0 in cmd/kubeadm/app/constants/constants.go), though it is
+built against the 3.7 client and kubeadm deploys 3.7.0."""
 
 KWOK: Final = "v0.7.0"
 """sigs.k8s.io/kwok release; only the `kwok` controller binary is built."""
 
-MIN_GO: Final = (1, 25)
-"""Kubernetes 1.35's go.mod says `go 1.25.0`; older toolchains cannot build it."""
+MIN_GO: Final = (1, 26)
+"""Kubernetes 1.37's go.mod says `go 1.26.0`; older toolchains cannot build it."""
+
+HELM: Final = "v3.22.0"
+"""helm.sh/helm/v3 release; the `helm` command the chart's tests (charts/muster) run. Not part
+of the control plane, built by the same machinery (`muster cluster build`)."""
+
+HELM_MIN_GO: Final = (1, 26)
+"""Helm 3.22's go.mod says `go 1.26.0`."""
+
+JOBSET: Final = "v0.12.0"
+"""sigs.k8s.io/jobset, built from its source beside the repository (`../shared/src/jobset`, not
+served by the module proxy); the cache key adds a digest of that source
+(`simulator.controlplane.operators`)."""
+
+FLUX_OPERATOR: Final = "v0.2.1-main.20260627"
+"""github.com/flux-framework/flux-operator (0.2.1 and its main branch of 2026-06-27), built from
+`../shared/src/flux-operator` like JobSet."""
 
 
 def staging_version(kubernetes: str = KUBERNETES) -> str:

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import KubeClient
 from admission.launcher import launch
-from muster.commands.run import register_configuration
+from kubeport.kubeapi import KubeClient
 from tests.conftest import MusterProcess
 from webhook.configuration import NAME as WEBHOOK_CONFIGURATION
+from webhook.startup import register_configuration
 
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 

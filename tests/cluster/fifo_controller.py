@@ -18,8 +18,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from admission import kubeapi
-from admission.kubeapi import ApiError, KubeClient
+from kubeport import kubeapi
+from kubeport.kubeapi import ApiError, KubeClient
 
 QUEUE_CONFIGMAP = "fifo-queue"
 CONFIGMAPS = kubeapi.Resource("", "v1", "configmaps")

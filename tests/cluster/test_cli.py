@@ -20,19 +20,19 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import ApiError, KubeClient
+from kubeport.kubeapi import ApiError, KubeClient
 from simulator.controlplane.build import Binaries
+from tests import builders
 from tests.conftest import REPO, MusterProcess
 from tests.controller_helpers import (
     admitted,
     create_queue,
     delete_queue,
-    gang_job,
     http_json,
     jobs_path,
     pending_reason,
 )
-from tests.kube import job_manifest, wait_for
+from tests.kube import wait_for
 
 pytestmark = [pytest.mark.cluster]
 
@@ -70,14 +70,14 @@ def scene(
     q = f"{namespace}-q"
     create_queue(kube, q, {"nominal": {"cpu": "4"}})
     try:
-        kube.create(jobs_path(namespace), gang_job("holder", q, pods=4, runtime="600s"))
+        kube.create(jobs_path(namespace), builders.job("holder", q, pods=4, runtime="600s"))
         wait_for(
             lambda: admitted(kube.get(f"{jobs_path(namespace)}/holder")),
             timeout=60,
             what="the holder gang to be admitted",
         )
-        kube.create(jobs_path(namespace), gang_job("second", q, pods=2))
-        kube.create(jobs_path(namespace), gang_job("third", q, pods=1))
+        kube.create(jobs_path(namespace), builders.job("second", q, pods=2, runtime="2s"))
+        kube.create(jobs_path(namespace), builders.job("third", q, pods=1, runtime="2s"))
         found = Scene(namespace, q, muster.status_url, kubeconfig)
         for name in ("second", "third"):
             wait_for(
@@ -183,7 +183,7 @@ def test_missing_gangs_and_unmanaged_jobs_are_one_line_errors(
         "muster.dev/queue`\n"
     )
     # A Job without the queue label is not muster's: say so, and why.
-    kube.create(jobs_path(namespace), job_manifest("plain", parallelism=1, runtime="1s"))
+    kube.create(jobs_path(namespace), builders.job("plain", pods=1, runtime="1s"))
     done = muster_cli("status", f"{namespace}/plain", "--kubeconfig", str(kubeconfig))
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert "has no muster.dev/queue label" in done.stderr
@@ -207,7 +207,11 @@ def test_read_access_is_enough_and_missing_access_is_named(
     rules = [
         {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list", "get"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "get"]},
+        # Every gang kind muster admits is read; a JobSet API not served is skipped.
+        {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["list", "get"]},
         {"apiGroups": ["muster.dev"], "resources": ["queues"], "verbs": ["list", "get"]},
+        # Pod groups' records: what muster decided of each (a pod group's admission).
+        {"apiGroups": ["muster.dev"], "resources": ["gangrecords"], "verbs": ["list", "get"]},
     ]
     kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}})
     kube.create(f"{rbac}/clusterroles", {"metadata": {"name": name}, "rules": rules})
@@ -242,7 +246,7 @@ def test_read_access_is_enough_and_missing_access_is_named(
             what="the viewer's ClusterRole to take effect",
         )
 
-        kube.patch(f"{rbac}/clusterroles/{name}", {"rules": rules[:2]})
+        kube.patch(f"{rbac}/clusterroles/{name}", {"rules": rules[:3]})
         done = wait_for(
             lambda: (
                 d if (d := muster_cli("queues", "--kubeconfig", str(viewer))).returncode else None
@@ -434,8 +438,8 @@ def test_documented_bench_webhook_prints_latency_with_and_without(
 ) -> None:
     """The bench runs its own `muster run --local`, which takes the webhook configuration over
     and removes it at the end: the session's configuration is put back afterwards."""
-    from muster.commands.run import CONFIG_PATH, register_configuration
     from webhook.configuration import NAME
+    from webhook.startup import CONFIG_PATH, register_configuration
 
     saved = kube.get(f"{CONFIG_PATH}/{NAME}")
     try:

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.kubeapi import KubeClient
+from kubeport.kubeapi import KubeClient
 from policies.durations import parse_duration
 from policies.vocabulary import GANG_RUNTIME
-from simulator.controlplane.cluster import NODE_GROUP_LABEL
 from simulator.controlplane.gangrun import GangRunner
-from simulator.controlplane.minicluster import MiniClusterReconciler
+from simulator.controlplane.minicluster import job_maker
+from simulator.controlplane.nodes import NODE_GROUP_LABEL
 from tests.conftest import MusterProcess
 from tests.controller_helpers import (
     all_jobs,
@@ -87,7 +87,9 @@ def miniclusters(queue: str) -> list[dict[str, Any]]:
     return out
 
 
-def run_burst(kube: KubeClient, namespace: str, queue: str) -> list[dict[str, Any]]:
+def run_burst(
+    kube: KubeClient, namespace: str, queue: str, flux_operator: bool
+) -> list[dict[str, Any]]:
     gangs = miniclusters(queue)
     path = f"/apis/flux-framework.org/v1alpha2/namespaces/{namespace}/miniclusters"
 
@@ -97,7 +99,7 @@ def run_burst(kube: KubeClient, namespace: str, queue: str) -> list[dict[str, An
                 create_through_webhook(own, path, body)
 
     threads = [threading.Thread(target=submit, args=(gangs[i::8],)) for i in range(8)]
-    reconciler = MiniClusterReconciler(kube, namespace).start()
+    reconciler = job_maker(kube, namespace, real=flux_operator).start()
     runner = GangRunner(KubeClient(kube.credentials), namespace).start()
     try:
         for t in threads:
@@ -116,12 +118,16 @@ def run_burst(kube: KubeClient, namespace: str, queue: str) -> list[dict[str, An
 
 
 def test_blog_burst_with_node_fit_completes_without_evictions(
-    kube: KubeClient, namespace: str, muster: MusterProcess, blog_nodes: str
+    kube: KubeClient,
+    namespace: str,
+    muster: MusterProcess,
+    blog_nodes: str,
+    flux_operator: bool,
 ) -> None:
     queue = f"{namespace}-fit"
     create_queue(kube, queue, {"nodeFit": True, "clogTimeout": "60s"})
     try:
-        jobs = run_burst(kube, namespace, queue)
+        jobs = run_burst(kube, namespace, queue, flux_operator)
     finally:
         delete_queue(kube, queue)
     assert len(jobs) == 106
@@ -131,7 +137,11 @@ def test_blog_burst_with_node_fit_completes_without_evictions(
 
 
 def test_blog_burst_node_blind_clogs_and_the_detector_recovers(
-    kube: KubeClient, namespace: str, muster: MusterProcess, blog_nodes: str
+    kube: KubeClient,
+    namespace: str,
+    muster: MusterProcess,
+    blog_nodes: str,
+    flux_operator: bool,
 ) -> None:
     queue = f"{namespace}-blind"
     create_queue(
@@ -150,7 +160,7 @@ def test_blog_burst_node_blind_clogs_and_the_detector_recovers(
         },
     )
     try:
-        jobs = run_burst(kube, namespace, queue)
+        jobs = run_burst(kube, namespace, queue, flux_operator)
     finally:
         delete_queue(kube, queue)
     assert len(jobs) == 106

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from admission.kubeapi import KubeClient
+from kubeport.kubeapi import KubeClient
 from tests.conftest import MusterProcess
 from tests.faults import Burst, wait_until
 

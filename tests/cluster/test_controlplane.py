@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import KubeClient
-from simulator.controlplane.cluster import count_ready
+from kubeport.kubeapi import KubeClient
+from simulator.controlplane.nodes import count_ready
+from tests import builders
 from tests.conftest import TEST_NODES
-from tests.kube import job_condition, job_manifest, wait_for
+from tests.kube import job_condition, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -34,7 +35,7 @@ def test_job_is_scheduled_by_the_real_scheduler_and_completes(
     kube: KubeClient, namespace: str
 ) -> None:
     jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
-    kube.create(jobs, job_manifest("smoke", parallelism=20, runtime="5s"))
+    kube.create(jobs, builders.job("smoke", pods=20, runtime="5s"))
 
     def completed() -> dict[str, Any] | None:
         job = kube.get(f"{jobs}/smoke")
@@ -51,7 +52,7 @@ def test_job_is_scheduled_by_the_real_scheduler_and_completes(
 
 def test_suspended_job_creates_no_pods_until_unsuspended(kube: KubeClient, namespace: str) -> None:
     jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
-    kube.create(jobs, job_manifest("held", parallelism=4, runtime="3s", suspend=True))
+    kube.create(jobs, builders.job("held", pods=4, runtime="3s", suspend=True))
     # The Job controller has seen the Job once it reports the Suspended condition.
     wait_for(
         lambda: job_condition(kube.get(f"{jobs}/held"), "Suspended"),

@@ -1,4 +1,4 @@
-"""Credentials like kubectl's, against the real control plane (admission/credentials.py).
+"""Credentials like kubectl's, against the real control plane (kubeport/credentials.py).
 
 `muster queues`, `muster status` and `muster run` work with a kubeconfig whose user is an `exec`
 plugin (a script printing an ExecCredential with a ServiceAccount token from the TokenRequest
@@ -29,13 +29,14 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.credentials import Credentials, InClusterSource, KubeconfigSource
-from admission.kubeapi import ApiError, KubeClient
 from admission.launcher import free_port
+from kubeport.credentials import Credentials, InClusterSource, KubeconfigSource
+from kubeport.kubeapi import ApiError, KubeClient
 from simulator.controlplane.minicluster import apply_crd
+from tests import builders
 from tests.cluster.test_cli import muster_cli
 from tests.conftest import REPO, MusterProcess, start_muster
-from tests.controller_helpers import admitted, create_queue, delete_queue, gang_job, jobs_path
+from tests.controller_helpers import admitted, create_queue, delete_queue, jobs_path
 from tests.kube import wait_for, wait_webhook_stamps
 
 pytestmark = [pytest.mark.cluster]
@@ -210,7 +211,7 @@ def test_queues_and_status_read_with_exec_token_file_and_merged_kubeconfigs(
     queue = f"{namespace}-q"
     create_queue(kube, queue, {"nominal": {"cpu": "4"}})
     try:
-        kube.create(jobs_path(namespace), gang_job("gang", queue, pods=2, runtime="600s"))
+        kube.create(jobs_path(namespace), builders.job("gang", queue, pods=2, runtime="600s"))
         wait_for(
             lambda: admitted(kube.get(f"{jobs_path(namespace)}/gang")),
             timeout=60,
@@ -239,7 +240,7 @@ def test_queues_and_status_read_with_exec_token_file_and_merged_kubeconfigs(
 def submit_and_wait_admitted(
     kube: KubeClient, namespace: str, queue: str, name: str, running: MusterProcess
 ) -> None:
-    body = gang_job(name, queue, pods=1, runtime="1s")
+    body = builders.job(name, queue, pods=1, runtime="1s")
     wait_webhook_stamps(kube, jobs_path(namespace), body)
     kube.create(jobs_path(namespace), body)
     try:

@@ -11,17 +11,11 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import KubeClient
+from kubeport.kubeapi import KubeClient
+from tests import builders
 from tests.cluster.test_cli import muster_cli
 from tests.conftest import MusterProcess
-from tests.controller_helpers import (
-    admitted,
-    create_queue,
-    delete_queue,
-    gang_job,
-    http_json,
-    jobs_path,
-)
+from tests.controller_helpers import admitted, create_queue, delete_queue, http_json, jobs_path
 from tests.kube import wait_for
 
 pytestmark = [pytest.mark.cluster]
@@ -35,7 +29,7 @@ def test_status_shows_an_estimate_behind_a_running_job_with_a_deadline(
     q = f"{namespace}-q"
     create_queue(kube, q, {"nominal": {"cpu": "4"}})
     try:
-        holder = gang_job("holder", q, pods=4, runtime=f"{DEADLINE}s")
+        holder = builders.job("holder", q, pods=4, runtime=f"{DEADLINE}s")
         holder["spec"]["activeDeadlineSeconds"] = DEADLINE
         kube.create(jobs_path(namespace), holder)
         wait_for(
@@ -43,7 +37,7 @@ def test_status_shows_an_estimate_behind_a_running_job_with_a_deadline(
             timeout=60,
             what="the holder gang to be admitted",
         )
-        kube.create(jobs_path(namespace), gang_job("waiter", q, pods=2))
+        kube.create(jobs_path(namespace), builders.job("waiter", q, pods=2, runtime="2s"))
         url = f"{muster.status_url}/v1/gangs/{namespace}/waiter"
 
         def estimated() -> dict[str, Any] | None:

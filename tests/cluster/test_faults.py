@@ -20,11 +20,12 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from admission.kubeapi import ApiError, KubeClient
 from admission.launcher import is_ready
+from kubeport.kubeapi import ApiError, KubeClient
 from simulator.controlplane.cluster import LocalCluster
+from tests import builders
 from tests.conftest import MusterProcess
-from tests.controller_helpers import gang_job, jobs_path
+from tests.controller_helpers import jobs_path
 from tests.faults import WEBHOOK_DOWN, Burst, LoopbackPartition, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -115,7 +116,7 @@ def test_webhook_killed_mid_burst_refuses_creates_then_serves_again(
         killed = time.monotonic()
         os.kill(child, signal.SIGKILL)
         wait_until(lambda: not Path(f"/proc/{child}").exists(), 30, "the webhook child gone")
-        probe = gang_job("probe", burst.queue, pods=1)
+        probe = builders.job("probe", burst.queue, pods=1, runtime="2s")
         with pytest.raises(ApiError) as refused:
             kube.create(jobs_path(namespace), probe)
         assert WEBHOOK_DOWN in refused.value.message, refused.value.message

@@ -16,15 +16,10 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import KubeClient
+from kubeport.kubeapi import KubeClient
+from tests import builders
 from tests.conftest import MusterProcess
-from tests.controller_helpers import (
-    create_queue,
-    delete_queue,
-    gang_job,
-    jobs_path,
-    wait_all_finished,
-)
+from tests.controller_helpers import create_queue, delete_queue, jobs_path, wait_all_finished
 
 pytestmark = [pytest.mark.cluster]
 
@@ -69,7 +64,7 @@ def test_history_after_jobs_finish_and_after_a_restart(
     try:
         for i in range(GANGS):
             # 2 pods of 1 cpu, 2 s each: the quota (4 cpu) takes two gangs at a time.
-            kube.create(jobs_path(namespace), gang_job(f"h-{i}", queue, pods=2, runtime="2s"))
+            kube.create(jobs_path(namespace), builders.job(f"h-{i}", queue, pods=2, runtime="2s"))
         wait_all_finished(kube, namespace, GANGS, timeout=120)
 
         def served() -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from admission.crd import queue_crd
-from admission.kubeapi import ApiError, KubeClient
+from kubeport.kubeapi import ApiError, KubeClient
 from policies.kinds import FieldError, job_fields, job_gang_size, minicluster_fields
 from policies.vocabulary import (
     ADMITTED,
@@ -54,10 +54,11 @@ from policies.vocabulary import (
     STATE,
     SUBMITTED,
 )
-from simulator.controlplane.minicluster import MiniClusterReconciler
+from simulator.controlplane.minicluster import job_maker
+from tests import builders
 from tests.conftest import MusterProcess
 from tests.controller_helpers import QUEUES, create_queue, delete_queue, jobs_path
-from tests.kube import job_manifest, wait_for
+from tests.kube import wait_for
 
 pytestmark = [pytest.mark.cluster]
 
@@ -489,13 +490,17 @@ def sweep_queue(kube: KubeClient, namespace: str) -> Iterator[str]:
 
 
 def job_body(name: str, queue: str, case: JobCase) -> dict[str, Any]:
-    body = job_manifest(name, parallelism=1, runtime=None)
-    body["metadata"]["labels"] = {QUEUE: queue, **case.labels}
-    if case.annotations:
-        body["metadata"]["annotations"] = dict(case.annotations)
-    body["spec"] = {
-        k: v for k, v in body["spec"].items() if k not in ("parallelism", "completions")
-    }
+    """The case's Job: its labels and annotations, and the gang fields of its spec (those it
+    leaves None left out, parallelism and completions too)."""
+    body = builders.job(
+        name,
+        queue,
+        pods=None,
+        completions=None,
+        runtime=None,
+        labels=case.labels,
+        annotations=case.annotations or None,
+    )
     body["spec"].update({k: v for k, v in case.spec.items() if v is not None})
     return body
 
@@ -608,7 +613,11 @@ def minicluster_plainly_valid(case: JobCase) -> bool:
 
 @pytest.mark.usefixtures("webhook_server")
 def test_miniclusters_with_every_gang_field(
-    kube: KubeClient, muster: MusterProcess, namespace: str, sweep_queue: str
+    kube: KubeClient,
+    muster: MusterProcess,
+    namespace: str,
+    sweep_queue: str,
+    flux_operator: bool,
 ) -> None:
     outcome = Outcome()
     expected: dict[str, tuple[int, int]] = {}
@@ -657,7 +666,7 @@ def test_miniclusters_with_every_gang_field(
 
     sweep()
     # The Flux Operator's part: each stored MiniCluster's Job, made through the webhook.
-    reconciler = MiniClusterReconciler(kube, namespace).start()
+    reconciler = job_maker(kube, namespace, real=flux_operator).start()
     try:
         wait_for(
             lambda: (

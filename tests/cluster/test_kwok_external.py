@@ -26,11 +26,12 @@ from pathlib import Path
 
 import pytest
 
-from admission import kubeapi
-from admission.kubeapi import KubeClient
+from kubeport import kubeapi
+from kubeport.kubeapi import KubeClient
 from simulator.controlplane.build import Binaries
 from simulator.controlplane.cluster import LocalCluster
 from simulator.kwok_objects import SIM_RUN
+from tests.kwok_replays import muster_sim
 
 pytestmark = [pytest.mark.cluster]
 
@@ -63,16 +64,6 @@ apiVersion: v1
 kind: ConfigMap
 metadata: {name: second-document}
 """
-
-
-def muster_sim(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "muster.cli", "sim", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from simulator.controlplane.cluster import LocalCluster, _alive, _start_ticks
+from simulator.controlplane.cluster import LocalCluster
+from simulator.controlplane.components import free_ports
+from simulator.controlplane.errors import ClusterError
+from simulator.controlplane.processes import alive, start_ticks
 
 pytestmark = pytest.mark.cluster
 
@@ -36,7 +39,7 @@ def test_up_is_idempotent_and_down_leaves_no_process(lifecycle_cluster: LocalClu
     first = _muster("cluster", "up", "--name", NAME, "--nodes", "3")
     assert first.returncode == 0, first.stderr
     pids = [r.pid for r in lifecycle_cluster.records()]
-    assert len(pids) == 5 and all(_start_ticks(p) for p in pids)
+    assert len(pids) == 5 and all(start_ticks(p) for p in pids)
 
     again = _muster("cluster", "up", "--name", NAME)
     assert again.returncode == 0, again.stderr
@@ -50,7 +53,7 @@ def test_up_is_idempotent_and_down_leaves_no_process(lifecycle_cluster: LocalClu
     records = lifecycle_cluster.records()
     down = _muster("cluster", "down", "--name", NAME)
     assert down.returncode == 0, down.stderr
-    assert not any(_alive(r) for r in records)
+    assert not any(alive(r) for r in records)
     assert not lifecycle_cluster.state_dir.exists()
     # And nothing else of ours is left: no process runs from this cluster's state dir.
     leftover = subprocess.run(
@@ -65,13 +68,13 @@ def test_up_after_a_crash_cleans_and_restarts(lifecycle_cluster: LocalCluster) -
     apiserver = next(r for r in crashed if r.component == "kube-apiserver")
     os.kill(apiserver.pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while _alive(apiserver) and time.monotonic() < deadline:
+    while alive(apiserver) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not lifecycle_cluster.is_healthy()
 
     lifecycle_cluster.up()
     assert lifecycle_cluster.is_healthy()
-    assert not any(_alive(r) for r in crashed)
+    assert not any(alive(r) for r in crashed)
     assert {r.pid for r in lifecycle_cluster.records()}.isdisjoint({r.pid for r in crashed})
 
 
@@ -82,23 +85,21 @@ def test_a_taken_port_stops_up_with_the_components_log_and_leaves_no_process(
     component exited, shows the end of its log with a hint, and stops what it started."""
     import socket
 
-    from simulator.controlplane import cluster as cluster_module
-
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
         taken = held.getsockname()[1]
-        real_free_ports = cluster_module.free_ports
+        # Where `up` looks the ports up.
         monkeypatch.setattr(
-            cluster_module, "free_ports", lambda n: [taken, *real_free_ports(n - 1)]
+            "simulator.controlplane.cluster.free_ports", lambda n: [taken, *free_ports(n - 1)]
         )
-        with pytest.raises(cluster_module.ClusterError) as failed:
+        with pytest.raises(ClusterError) as failed:
             lifecycle_cluster.up()
     message = str(failed.value)
     assert message.startswith("etcd exited at start; log "), message
     assert "address already in use" in message
     assert "hint: a port was taken between picking it and binding; run up again" in message
-    assert not any(_alive(r) for r in lifecycle_cluster.records())
+    assert not any(alive(r) for r in lifecycle_cluster.records())
     leftover = subprocess.run(
         ["pgrep", "-f", str(lifecycle_cluster.state_dir)], capture_output=True, text=True
     )

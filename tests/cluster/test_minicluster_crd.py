@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import ApiError, KubeClient
+from kubeport.kubeapi import ApiError, KubeClient
 from simulator.controlplane.minicluster import (
     CRD_ENV,
     CRD_NAME,

@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import ApiError, KubeClient
+from kubeport.kubeapi import ApiError, KubeClient
+from tests import builders
+from tests.builders import KWOK_TOLERATION
 from tests.cluster.test_queue_limits import webhook_metric
 from tests.conftest import MusterProcess
-from tests.kube import KWOK_TOLERATION, job_manifest, wait_for
+from tests.kube import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("webhook_server")]
 
@@ -29,12 +31,6 @@ def jobs_path(namespace: str) -> str:
 
 def minicluster_path(namespace: str) -> str:
     return f"/apis/flux-framework.org/v1alpha2/namespaces/{namespace}/miniclusters"
-
-
-def labelled_job(name: str, queue: str, pods: int, cpu: str = "1") -> dict[str, Any]:
-    body = job_manifest(name, parallelism=pods, cpu=cpu)
-    body["metadata"]["labels"]["muster.dev/queue"] = queue
-    return body
 
 
 def minicluster(name: str, queue: str, size: int) -> dict[str, Any]:
@@ -75,7 +71,7 @@ def make_queue(kube: KubeClient, namespace: str) -> Iterator[Callable[..., str]]
         )
         made.append(name)
 
-        body = probe or labelled_job("probe", name, 8)
+        body = probe or builders.job("probe", name, pods=8)
         body["metadata"]["labels"]["muster.dev/queue"] = name
 
         def judged() -> bool:
@@ -97,14 +93,14 @@ def test_warn_stores_the_gang_and_the_response_carries_the_warning(
     kube: KubeClient, namespace: str, make_queue: Callable[..., str], webhook_server: str
 ) -> None:
     queue = make_queue(nominal={"cpu": "4"})
-    stored = kube.create(jobs_path(namespace), labelled_job("big", queue, 8))
+    stored = kube.create(jobs_path(namespace), builders.job("big", queue, pods=8))
     assert stored["spec"]["suspend"] is True
     (warning,) = kube.last_warnings
     assert warning.startswith(
         f"never fits: needs 8 cpu, queue {queue} can get at most 4 cpu (nominal plus what it "
         "may borrow); raise the queue's quota or shrink the job"
     )
-    kube.create(jobs_path(namespace), labelled_job("small", queue, 4))
+    kube.create(jobs_path(namespace), builders.job("small", queue, pods=4))
     assert kube.last_warnings == ()
 
 
@@ -117,7 +113,7 @@ def test_reject_refuses_with_the_message_and_stores_nothing(
 ) -> None:
     queue = make_queue(nominal={"cpu": "4"}, neverFits="Reject")
     with pytest.raises(ApiError) as refused:
-        kube.create(jobs_path(namespace), labelled_job("big", queue, 8))
+        kube.create(jobs_path(namespace), builders.job("big", queue, pods=8))
     assert refused.value.status == 400
     message = refused.value.message
     assert f"never fits: needs 8 cpu, queue {queue} can get at most 4 cpu" in message
@@ -137,14 +133,14 @@ def test_a_gang_larger_than_every_node_together_is_warned(
     kube: KubeClient, namespace: str, make_queue: Callable[..., str]
 ) -> None:
     """No quota: the nodes are the limit (the planner's room on the empty cluster)."""
-    queue = make_queue(probe=labelled_job("probe", "", 1, cpu="100000"))
-    kube.create(jobs_path(namespace), labelled_job("huge", queue, 100_000))
+    queue = make_queue(probe=builders.job("probe", "", pods=1, cpu="100000"))
+    kube.create(jobs_path(namespace), builders.job("huge", queue, pods=100_000))
     (warning,) = kube.last_warnings
     assert re.match(
         r"never fits: needs 100000 pods of 1 cpu, the whole cluster .*holds \d+", warning
     )
     assert "resources.requests" in warning
-    kube.create(jobs_path(namespace), labelled_job("fits", queue, 2))
+    kube.create(jobs_path(namespace), builders.job("fits", queue, pods=2))
     assert kube.last_warnings == ()
 
 

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.kubeapi import KubeClient
+from kubeport.kubeapi import KubeClient
 from simulator.controlplane.minicluster import apply_crd
+from tests import builders
 from tests.conftest import REPO, MusterProcess, start_muster
 from tests.controller_helpers import (
     admitted,
@@ -20,7 +21,6 @@ from tests.controller_helpers import (
     create_queue,
     delete_queue,
     evictions,
-    gang_job,
     http_json,
     jobs_path,
 )
@@ -39,7 +39,7 @@ def admitted_here(process: MusterProcess, namespace: str) -> set[str]:
 
 def submit(kube: KubeClient, namespace: str, queue: str, names: list[str]) -> None:
     for name in names:
-        kube.create(jobs_path(namespace), gang_job(name, queue, pods=2, runtime="1s"))
+        kube.create(jobs_path(namespace), builders.job(name, queue, pods=2, runtime="1s"))
 
 
 def all_admitted(kube: KubeClient, namespace: str, names: list[str]) -> bool:

@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import KubeClient
-from admission.pinning import HOSTNAME, NODE_NAME, decode_placement
+from kubeport.kubeapi import KubeClient
+from policies.kinds.pinning import HOSTNAME, NODE_NAME, decode_placement
 from policies.vocabulary import EVICTIONS, PLACEMENT, PREEMPTIONS, RESTORE
-from simulator.controlplane.cluster import NODE_GROUP_LABEL
+from simulator.controlplane.nodes import NODE_GROUP_LABEL
+from tests import builders
 from tests.cluster.test_preemption import annotations_of, borrowing_cohort
 from tests.conftest import MusterProcess
 from tests.controller_helpers import (
@@ -33,7 +34,6 @@ from tests.controller_helpers import (
     delete_nodes,
     delete_queue,
     finished,
-    gang_job,
     jobs_path,
     wait_all_finished,
 )
@@ -97,7 +97,7 @@ def test_pinned_gangs_land_on_their_planned_nodes(
     names = [f"g-{i}" for i in range(6)]
     try:
         for name in names:
-            body = gang_job(name, queue, pods=3, cpu="4", runtime="20s", node_selector=select)
+            body = builders.job(name, queue, pods=3, cpu="4", runtime="20s", node_selector=select)
             create_through_webhook(kube, path, body)
         jobs = wait_for(
             partial(all_admitted, kube, path, names),
@@ -107,7 +107,7 @@ def test_pinned_gangs_land_on_their_planned_nodes(
         plans = {}
         for name, job in jobs.items():
             notes = annotations_of(job)
-            plan = decode_placement(notes[PLACEMENT], PLACEMENT)
+            plan = decode_placement(notes[PLACEMENT], PLACEMENT)[""]
             assert sum(plan.values()) == 3, (name, plan)
             assert pinned_nodes(job) == sorted(plan), (name, plan, job["spec"]["template"])
             assert RESTORE in notes
@@ -167,7 +167,7 @@ def test_a_preempted_pinned_gang_gets_its_original_template_back(
         }
         created: dict[str, dict[str, Any]] = {}
         for i in range(4):
-            body = gang_job(f"a-{i}", a, pods=4, cpu="2", runtime="25s")
+            body = builders.job(f"a-{i}", a, pods=4, cpu="2", runtime="25s")
             body["spec"]["template"]["spec"]["affinity"] = copy.deepcopy(own_affinity)
             created[f"a-{i}"] = create_through_webhook(kube, path, body)
         wait_for(
@@ -190,7 +190,7 @@ def test_a_preempted_pinned_gang_gets_its_original_template_back(
                 ][0]["matchExpressions"]
             )
             assert pinned_nodes(job), job["spec"]["template"]
-        preemptor = gang_job("b-0", b, pods=8, cpu="2", runtime="5s", node_selector=select)
+        preemptor = builders.job("b-0", b, pods=8, cpu="2", runtime="5s", node_selector=select)
         create_through_webhook(kube, path, preemptor)
         victims = wait_for(
             lambda: sorted(
@@ -232,7 +232,7 @@ def test_an_elastic_indexed_job_admitted_smaller_runs_exactly_that_many_pods(
     create_queue(kube, queue, {})
     path = jobs_path(namespace)
     try:
-        body = gang_job("elastic", queue, pods=4, cpu="4", runtime="3s", node_selector=select)
+        body = builders.job("elastic", queue, pods=4, cpu="4", runtime="3s", node_selector=select)
         body["spec"]["completionMode"] = "Indexed"
         body["metadata"]["annotations"] = {"muster.dev/min-members": "2"}
         create_through_webhook(kube, path, body)
@@ -277,7 +277,7 @@ def test_a_restarted_controller_keeps_every_pin(
     later = [f"s-{i}" for i in range(3)]
     try:
         for name in first:
-            body = gang_job(name, queue, pods=2, cpu="4", runtime="15s", node_selector=select)
+            body = builders.job(name, queue, pods=2, cpu="4", runtime="15s", node_selector=select)
             create_through_webhook(kube, path, body)
         before = wait_for(
             partial(all_admitted, kube, path, first),
@@ -286,7 +286,7 @@ def test_a_restarted_controller_keeps_every_pin(
         )
         muster.restart(signal.SIGKILL)
         for name in later:
-            body = gang_job(name, queue, pods=2, cpu="4", runtime="5s", node_selector=select)
+            body = builders.job(name, queue, pods=2, cpu="4", runtime="5s", node_selector=select)
             create_through_webhook(kube, path, body, timeout=90)
         for name in first:
             job = kube.get(f"{path}/{name}")
@@ -299,7 +299,7 @@ def test_a_restarted_controller_keeps_every_pin(
             job = kube.get(f"{path}/{name}")
             notes = annotations_of(job)
             assert EVICTIONS not in notes, (name, notes)
-            plan = decode_placement(notes[PLACEMENT], PLACEMENT)
+            plan = decode_placement(notes[PLACEMENT], PLACEMENT)[""]
             bound = bound_nodes(kube, namespace, name)
             assert set(bound) <= set(plan), (name, dict(bound), plan)
     finally:

@@ -10,10 +10,10 @@ import pytest
 
 from admission.cache import Cache
 from admission.cachewatch import CacheWatch
-from admission.controller import PODS
-from admission.kubeapi import KubeClient
-from admission.streamwatch import list_collection
-from tests.kube import job_manifest
+from admission.listing import PODS
+from kubeport.kubeapi import KubeClient
+from kubeport.streamwatch import list_collection
+from tests import builders
 
 pytestmark = [pytest.mark.cluster]
 
@@ -52,7 +52,7 @@ def test_pod_watch_follows_binding_and_deletion(kube: KubeClient, namespace: str
         try:
             kube.create(
                 f"/apis/batch/v1/namespaces/{namespace}/jobs",
-                job_manifest("w", parallelism=3, runtime="600s"),
+                builders.job("w", pods=3, runtime="600s"),
             )
             await _until(
                 lambda: (
@@ -63,7 +63,7 @@ def test_pod_watch_follows_binding_and_deletion(kube: KubeClient, namespace: str
                 "three bound pods in the cache",
             )
             held = {uid: cache.pods[uid] for uid in _pods_of(cache, namespace, kube)}
-            assert all(cache.node_all[p.node]["pods"] >= 1 for p in held.values())
+            assert all(cache.pods.used[p.node]["pods"] >= 1 for p in held.values())
             kube.request(
                 "DELETE",
                 f"/apis/batch/v1/namespaces/{namespace}/jobs/w",
@@ -89,7 +89,7 @@ def test_relist_drops_pods_that_are_gone_and_keeps_the_rest(
         cache = Cache()
         kube.create(
             f"/apis/batch/v1/namespaces/{namespace}/jobs",
-            job_manifest("r", parallelism=2, runtime="600s"),
+            builders.job("r", pods=2, runtime="600s"),
         )
         await _until(
             lambda: len(kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]) == 2,
@@ -109,6 +109,6 @@ def test_relist_drops_pods_that_are_gone_and_keeps_the_rest(
         await _until(lambda: "ghost-uid" not in cache.pods, 10, "the relist to be applied")
         assert version > 0 and watch.relists == 1
         assert len(_pods_of(cache, namespace, kube)) == 2
-        assert "nowhere" not in cache.node_all or not cache.node_all["nowhere"]["pods"]
+        assert "nowhere" not in cache.pods.used or not cache.pods.used["nowhere"]["pods"]
 
     asyncio.run(scenario())

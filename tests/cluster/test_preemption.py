@@ -9,6 +9,7 @@ cohort whose quota is those 32 cpu.
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import ApiError, KubeClient
+from kubeport.kubeapi import ApiError, KubeClient
 from policies.vocabulary import (
     ADMITTED,
     EVICTED_REASON,
@@ -29,7 +30,8 @@ from policies.vocabulary import (
     PREEMPTED_BY,
     PREEMPTIONS,
 )
-from simulator.controlplane.cluster import NODE_GROUP_LABEL
+from simulator.controlplane.nodes import NODE_GROUP_LABEL
+from tests import builders
 from tests.conftest import MusterProcess
 from tests.controller_helpers import (
     admitted,
@@ -39,15 +41,15 @@ from tests.controller_helpers import (
     delete_queue,
     event_reasons,
     finished,
-    gang_job,
     http_json,
     job_cpu,
     jobs_path,
+    metric,
     pending_reason,
     sampling,
     wait_all_finished,
 )
-from tests.kube import create_through_webhook, job_manifest, wait_for
+from tests.kube import create_through_webhook, wait_for
 
 pytestmark = [pytest.mark.cluster]
 
@@ -120,6 +122,21 @@ def assert_each_admission_accounted(
         assert 1 <= len(stamps[name]) <= allowed, (name, sorted(stamps[name]), annotations)
 
 
+def _preempt_writes(muster: MusterProcess) -> float:
+    with urllib.request.urlopen(f"{muster.metrics_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    wanted = 'muster_api_writes_total{write="preempt"} '
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(wanted)
+    )
+
+
+def _refusals(muster: MusterProcess, victim: str) -> int:
+    """How many refusals of the victim's suspension the controller's log counted last."""
+    said = re.findall(rf"preempting {re.escape(victim)}: refused (\d+|once)", muster.text())
+    return 0 if not said else int(said[-1].replace("once", "1"))
+
+
 def controller_state(muster: MusterProcess, namespace: str, name: str) -> str | None:
     """The gang's state as the controller sees it (its status service), None until it has
     seen the Job."""
@@ -160,11 +177,13 @@ def test_a_reclaiming_queue_preempts_the_youngest_borrowed_gangs(
         path = jobs_path(namespace)
         with sampling(kube, namespace) as samples:
             for i in range(4):
-                body = gang_job(f"a-{i}", a, pods=4, cpu="2", runtime="25s", node_selector=select)
+                body = builders.job(
+                    f"a-{i}", a, pods=4, cpu="2", runtime="25s", node_selector=select
+                )
                 create_through_webhook(kube, path, body)
             wait_all_running(kube, muster, namespace, [f"a-{i}" for i in range(4)])
             before = preemptions_metric(muster.metrics_url, a)
-            preemptor = gang_job("b-0", b, pods=8, cpu="2", runtime="5s", node_selector=select)
+            preemptor = builders.job("b-0", b, pods=8, cpu="2", runtime="5s", node_selector=select)
             create_through_webhook(kube, path, preemptor)
             wait_for(
                 lambda: admitted(kube.get(f"{path}/b-0")), timeout=60, what="b's gang admitted"
@@ -233,7 +252,9 @@ def test_kill_9_during_preemptions_loses_nothing_and_admits_nothing_twice(
 
         with sampling(kube, namespace) as samples:
             for i in range(8):
-                create(gang_job(f"a-{i}", a, pods=4, cpu="2", runtime="15s", node_selector=select))
+                create(
+                    builders.job(f"a-{i}", a, pods=4, cpu="2", runtime="15s", node_selector=select)
+                )
             wait_for(
                 lambda: sum(running_pods(kube, namespace, f"a-{i}") for i in range(8)) == 16,
                 timeout=90,
@@ -244,7 +265,9 @@ def test_kill_9_during_preemptions_loses_nothing_and_admits_nothing_twice(
             try:
                 for i in range(4):
                     create(
-                        gang_job(f"b-{i}", b, pods=4, cpu="2", runtime="5s", node_selector=select)
+                        builders.job(
+                            f"b-{i}", b, pods=4, cpu="2", runtime="5s", node_selector=select
+                        )
                     )
                     time.sleep(3)
                 time.sleep(8)
@@ -321,7 +344,7 @@ def refusing_preemption_writes(kube: KubeClient, namespace: str) -> Iterator[Non
     )
     try:
         # The apiserver loads the policy through an informer: wait until it refuses.
-        probe = job_manifest("probe", parallelism=1, suspend=True)
+        probe = builders.job("probe", pods=1, suspend=True)
         probe["metadata"]["labels"]["refuse-preemption"] = "yes"
         kube.create(jobs_path(namespace), probe)
 
@@ -351,7 +374,9 @@ def test_a_refused_victim_write_admits_no_preemptor(
 ) -> None:
     """The apiserver refuses to suspend the victim the plan picks (a-3, the youngest): the
     preemptor is not admitted on capacity that was not freed; it is admitted once a's gangs
-    finish, and the cohort's quota is never exceeded."""
+    finish, and the cohort's quota is never exceeded. The refused victim is written to again
+    only after a backoff (each PATCH is one refusal the backoff counts), and the preemptor
+    waits with reason PreemptionRefused, quoting the apiserver."""
     with (
         borrowing_cohort(kube, namespace, {"reclaimWithinCohort": "Any"}) as (a, b, select),
         refusing_preemption_writes(kube, namespace),
@@ -359,20 +384,40 @@ def test_a_refused_victim_write_admits_no_preemptor(
         path = jobs_path(namespace)
         with sampling(kube, namespace) as samples:
             for i in range(4):
-                body = gang_job(f"a-{i}", a, pods=4, cpu="2", runtime="25s", node_selector=select)
+                body = builders.job(
+                    f"a-{i}", a, pods=4, cpu="2", runtime="25s", node_selector=select
+                )
                 if i == 3:
                     body["metadata"]["labels"]["refuse-preemption"] = "yes"
                 create_through_webhook(kube, path, body)
             wait_all_running(kube, muster, namespace, [f"a-{i}" for i in range(4)])
             create_through_webhook(
-                kube, path, gang_job("b-0", b, pods=4, cpu="2", runtime="3s", node_selector=select)
+                kube,
+                path,
+                builders.job("b-0", b, pods=4, cpu="2", runtime="3s", node_selector=select),
             )
+            writes_before = metric(muster.metrics_url, "muster_api_writes_total")
+            preempts_before = _preempt_writes(muster)
             wait_for(
-                lambda: "a preemption victim was not suspended" in muster.text(),
+                lambda: f"preempting {namespace}/a-3: refused" in muster.text(),
                 timeout=60,
                 what="the controller's plan to preempt a-3, refused",
             )
-            time.sleep(3)  # more cycles: each plans the same preemption, each is refused
+            waiting = wait_for(
+                lambda: pending_reason(
+                    f"{muster.status_url}/v1/gangs/{namespace}/b-0", "PreemptionRefused"
+                ),
+                timeout=30,
+                what="b-0 waiting with reason PreemptionRefused",
+            )
+            message = waiting["reason"]["message"]
+            assert f"preempts {namespace}/a-3" in message and "preemption refused" in message
+            time.sleep(10)  # more cycles: each plans the same preemption, refused or held
+            sent = _preempt_writes(muster) - preempts_before
+            refusals = _refusals(muster, f"{namespace}/a-3")
+            writes = metric(muster.metrics_url, "muster_api_writes_total") - writes_before
+            print(f"REFUSED-VICTIM preempts {sent:.0f}, refusals {refusals}, writes {writes:.0f}")
+            assert sent <= refusals + 1, "a refused victim was written to within its backoff"
             jobs = {j["metadata"]["name"]: j for j in kube.get(path)["items"]}
             if all(not finished(jobs[f"a-{i}"]) for i in range(4)):
                 assert not admitted(jobs["b-0"]), "b-0 admitted while a-3 still holds its room"

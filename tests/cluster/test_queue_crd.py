@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from admission.gangs import queue_from
-from admission.kubeapi import ApiError, KubeClient
+from kubeport.kubeapi import ApiError, KubeClient
 from policies import Preemption
+from policies.objects import queue_from
 from tests.controller_helpers import QUEUES, create_queue, delete_queue
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crds")]

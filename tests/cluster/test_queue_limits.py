@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import ApiError, KubeClient
-from simulator.controlplane.minicluster import MiniClusterReconciler
+from kubeport.kubeapi import ApiError, KubeClient
+from simulator.controlplane.minicluster import job_maker
+from tests import builders
 from tests.conftest import MusterProcess
-from tests.kube import job_manifest, wait_for
+from tests.kube import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -26,12 +27,6 @@ _COUNTER = itertools.count()
 
 def jobs_path(namespace: str) -> str:
     return f"/apis/batch/v1/namespaces/{namespace}/jobs"
-
-
-def labelled_job(name: str, queue: str) -> dict[str, Any]:
-    body = job_manifest(name, parallelism=2)
-    body["metadata"]["labels"]["muster.dev/queue"] = queue
-    return body
 
 
 def webhook_metric(muster: MusterProcess, name: str, **labels: str) -> float | None:
@@ -77,10 +72,10 @@ def test_max_pending_refuses_the_sixth_create_and_stores_nothing(
 ) -> None:
     queue = limited_queue({"maxPending": 5})
     for i in range(5):
-        kube.create(jobs_path(namespace), labelled_job(f"job-{i}", queue))
+        kube.create(jobs_path(namespace), builders.job(f"job-{i}", queue, pods=2))
 
     with pytest.raises(ApiError) as refused:
-        kube.create(jobs_path(namespace), labelled_job("job-5", queue))
+        kube.create(jobs_path(namespace), builders.job("job-5", queue, pods=2))
     assert refused.value.status == 429
     assert (
         f"queue {queue} holds 5 pending gangs, its limit; retry later or raise "
@@ -116,10 +111,10 @@ def test_max_pending_refuses_the_sixth_create_and_stores_nothing(
         timeout=30,
         what="the webhook to count 4 pending gangs",
     )
-    kube.create(jobs_path(namespace), labelled_job("job-5", queue))
+    kube.create(jobs_path(namespace), builders.job("job-5", queue, pods=2))
     assert kube.get(f"{jobs_path(namespace)}/job-5")["spec"]["suspend"] is True
     with pytest.raises(ApiError) as again:
-        kube.create(jobs_path(namespace), labelled_job("job-6", queue))
+        kube.create(jobs_path(namespace), builders.job("job-6", queue, pods=2))
     assert again.value.status == 429
 
 
@@ -133,16 +128,16 @@ def test_max_pending_per_namespace_names_the_namespace(
     try:
         first, second = spaces
         for i in range(2):
-            kube.create(jobs_path(first), labelled_job(f"job-{i}", queue))
+            kube.create(jobs_path(first), builders.job(f"job-{i}", queue, pods=2))
         with pytest.raises(ApiError) as refused:
-            kube.create(jobs_path(first), labelled_job("job-2", queue))
+            kube.create(jobs_path(first), builders.job("job-2", queue, pods=2))
         assert refused.value.status == 429
         assert (
             f"queue {queue} holds 2 pending gangs from namespace {first}, its limit per "
             "namespace; retry later or raise spec.limits.maxPendingPerNamespace"
         ) in refused.value.message
         # Another namespace still has room in the same queue.
-        kube.create(jobs_path(second), labelled_job("job-0", queue))
+        kube.create(jobs_path(second), builders.job("job-0", queue, pods=2))
         assert len(kube.get(jobs_path(first))["items"]) == 2
         assert (
             webhook_metric(
@@ -167,7 +162,7 @@ def test_a_burst_faster_than_the_watch_does_not_overshoot(
     codes = []
     for i in range(8):
         try:
-            kube.create(jobs_path(namespace), labelled_job(f"job-{i}", queue))
+            kube.create(jobs_path(namespace), builders.job(f"job-{i}", queue, pods=2))
             codes.append(201)
         except ApiError as exc:
             codes.append(exc.status)
@@ -176,7 +171,11 @@ def test_a_burst_faster_than_the_watch_does_not_overshoot(
 
 
 def test_a_minicluster_and_its_job_count_as_one_gang(
-    kube: KubeClient, muster: MusterProcess, namespace: str, limited_queue: Any
+    kube: KubeClient,
+    muster: MusterProcess,
+    namespace: str,
+    limited_queue: Any,
+    flux_operator: bool,
 ) -> None:
     """The MiniCluster is the gang: it counts toward the limit, and the Job its operator makes
     is neither refused nor counted again."""
@@ -192,7 +191,7 @@ def test_a_minicluster_and_its_job_count_as_one_gang(
         }
 
     kube.create(path, minicluster("mc-0"))
-    reconciler = MiniClusterReconciler(kube, namespace).start()
+    reconciler = job_maker(kube, namespace, real=flux_operator).start()
     try:
         kube.create(path, minicluster("mc-1"))
         jobs = wait_for(
@@ -213,7 +212,7 @@ def test_a_minicluster_and_its_job_count_as_one_gang(
     assert refused.value.status == 429
     assert f"queue {queue} holds 2 pending gangs, its limit" in refused.value.message
     with pytest.raises(ApiError) as job_refused:
-        kube.create(jobs_path(namespace), labelled_job("job-0", queue))
+        kube.create(jobs_path(namespace), builders.job("job-0", queue, pods=2))
     assert job_refused.value.status == 429
 
 
@@ -250,7 +249,7 @@ def test_limits_set_later_count_the_gangs_already_pending(
     )
     try:
         for i in range(3):
-            kube.create(jobs_path(namespace), labelled_job(f"early-{i}", name))
+            kube.create(jobs_path(namespace), builders.job(f"early-{i}", name, pods=2))
         wait_for(
             lambda: (kube.get(f"{QUEUES}/{name}").get("status") or {}).get("pending") == 3,
             timeout=30,
@@ -264,7 +263,7 @@ def test_limits_set_later_count_the_gangs_already_pending(
             what="the webhook to count the 3 gangs stored before the limit",
         )
         with pytest.raises(ApiError) as refused:
-            kube.create(jobs_path(namespace), labelled_job("late", name))
+            kube.create(jobs_path(namespace), builders.job("late", name, pods=2))
         assert refused.value.status == 429
         assert f"queue {name} holds 3 pending gangs, its limit" in refused.value.message
     finally:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import TABLE, KubeClient
+from kubeport.kubeapi import TABLE, KubeClient
+from tests import builders
 from tests.cluster.test_cli import muster_cli
 from tests.conftest import MusterProcess
 from tests.controller_helpers import (
@@ -16,7 +17,6 @@ from tests.controller_helpers import (
     admitted,
     create_queue,
     delete_queue,
-    gang_job,
     jobs_path,
     pending_reason,
 )
@@ -60,7 +60,9 @@ def test_a_cycle_and_a_missing_parent_show_on_the_queues_and_in_the_gangs_reason
         active = wait_ready(kube, ok, "True", "Active")
 
         # A gang of d, the leaf below the cycle.
-        create_through_webhook(kube, jobs_path(namespace), gang_job("g", d, pods=2))
+        create_through_webhook(
+            kube, jobs_path(namespace), builders.job("g", d, pods=2, runtime="2s")
+        )
         url = f"{muster.status_url}/v1/gangs/{namespace}/g"
         status = wait_for(
             lambda: pending_reason(url, "QueueNotReady"), timeout=60, what="QueueNotReady"

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import KubeClient
+from kubeport.kubeapi import KubeClient
 from policies.vocabulary import EVICTED_REASON, STATE
-from simulator.controlplane.cluster import NODE_GROUP_LABEL
+from simulator.controlplane.nodes import NODE_GROUP_LABEL
+from tests import builders
 from tests.conftest import REPO, MusterProcess
 from tests.controller_helpers import (
     admitted,
@@ -24,7 +25,6 @@ from tests.controller_helpers import (
     delete_queue,
     event_reasons,
     evictions,
-    gang_job,
     jobs_path,
     metric,
 )
@@ -53,7 +53,9 @@ def test_a_gang_past_its_backoff_limit_fails_and_stays_suspended(
     try:
         kube.create(
             jobs_path(namespace),
-            gang_job("nowhere", q, pods=2, node_selector={"muster-test/no-such-node": "x"}),
+            builders.job(
+                "nowhere", q, pods=2, node_selector={"muster-test/no-such-node": "x"}, runtime="2s"
+            ),
         )
         job = wait_for(
             lambda: j if annotations_of(j := kube.get(path)).get(STATE) == "Failed" else None,
@@ -100,7 +102,7 @@ def test_a_running_gang_that_loses_a_node_is_evicted_below_minimum(
     try:
         kube.create(
             jobs_path(namespace),
-            gang_job(
+            builders.job(
                 "pair", q, pods=2, cpu="6", runtime="600s", node_selector={NODE_GROUP_LABEL: group}
             ),
         )
@@ -151,7 +153,7 @@ def test_the_documented_urllib_client_follows_its_gang(
     q = f"{namespace}-client"
     create_queue(kube, q, {"nominal": {"cpu": "8"}})
     try:
-        kube.create(jobs_path(namespace), gang_job("follow", q, pods=2, runtime="3s"))
+        kube.create(jobs_path(namespace), builders.job("follow", q, pods=2, runtime="3s"))
         done = subprocess.run(
             [sys.executable, "-c", documented_client()],
             env={**os.environ, "MUSTER_STATUS_URL": muster.status_url}
@@ -176,7 +178,7 @@ def test_the_documented_urllib_client_stops_when_its_job_is_deleted(
     # asking again every second forever.
     q = f"{namespace}-gone"
     create_queue(kube, q, {"nominal": {"cpu": "1"}})
-    kube.create(jobs_path(namespace), gang_job("holder", q, pods=1, cpu="1", runtime="600s"))
+    kube.create(jobs_path(namespace), builders.job("holder", q, pods=1, cpu="1", runtime="600s"))
     holder = f"{jobs_path(namespace)}/holder"
     wait_for(lambda: admitted(kube.get(holder)), timeout=60, what="the holder admitted")
     client = subprocess.Popen(
@@ -188,7 +190,7 @@ def test_the_documented_urllib_client_stops_when_its_job_is_deleted(
         text=True,
     )
     try:
-        kube.create(jobs_path(namespace), gang_job("gone", q, pods=1, cpu="1"))
+        kube.create(jobs_path(namespace), builders.job("gone", q, pods=1, cpu="1", runtime="2s"))
         assert client.stdout is not None
         first = client.stdout.readline()  # the gang seen, waiting behind the holder
         assert first.split()[0] in ("Waiting", "Pending"), first

@@ -26,11 +26,12 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.kubeapi import ApiError, KubeClient
+from kubeport.kubeapi import ApiError, KubeClient
+from tests import builders
 from tests.cluster.test_cli import muster_cli
 from tests.cluster.test_recovery import documented_client
 from tests.conftest import MusterProcess, start_muster
-from tests.controller_helpers import admitted, create_queue, delete_queue, gang_job, jobs_path
+from tests.controller_helpers import admitted, create_queue, delete_queue, jobs_path
 from tests.kube import wait_for
 
 pytestmark = [pytest.mark.cluster]
@@ -178,14 +179,14 @@ def test_a_tenant_sees_only_its_own_namespace(
     try:
         # B's hog holds 4 of the 8 cpu; B's big (6 cpu) waits for quota at the head of the
         # StrictFIFO queue; A's small (1 cpu) would fit but waits behind big.
-        kube.create(jobs_path(b), gang_job("hog", fifo, pods=2, cpu="2", runtime="600s"))
+        kube.create(jobs_path(b), builders.job("hog", fifo, pods=2, cpu="2", runtime="600s"))
         wait_for(
             lambda: admitted(kube.get(f"{jobs_path(b)}/hog")), timeout=60, what="B's hog admitted"
         )
-        kube.create(jobs_path(b), gang_job("big", fifo, pods=2, cpu="3"))
-        kube.create(jobs_path(b), gang_job("done-b", quick, pods=1, runtime="1s"))
-        kube.create(jobs_path(a), gang_job("done-a", quick, pods=1, runtime="1s"))
-        kube.create(jobs_path(a), gang_job("small", fifo, pods=1))
+        kube.create(jobs_path(b), builders.job("big", fifo, pods=2, cpu="3", runtime="2s"))
+        kube.create(jobs_path(b), builders.job("done-b", quick, pods=1, runtime="1s"))
+        kube.create(jobs_path(a), builders.job("done-a", quick, pods=1, runtime="1s"))
+        kube.create(jobs_path(a), builders.job("small", fifo, pods=1, runtime="2s"))
         status = secured.status_url
 
         def blocked() -> dict[str, Any] | None:
@@ -255,7 +256,7 @@ def test_a_tenant_sees_only_its_own_namespace(
         # The documented stdlib client, with A's token in a file standing for the pod's mount.
         token_file = tmp_path / "token"
         token_file.write_text(reader)
-        kube.create(jobs_path(a), gang_job("follow", quick, pods=1, runtime="2s"))
+        kube.create(jobs_path(a), builders.job("follow", quick, pods=1, runtime="2s"))
         done = subprocess.run(
             [sys.executable, "-c", documented_client()],
             env={**os.environ, "MUSTER_STATUS_URL": status, "TOKEN_FILE": str(token_file)}

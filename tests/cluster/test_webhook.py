@@ -16,27 +16,22 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import ApiError, KubeClient
+from kubeport.kubeapi import ApiError, KubeClient
 from policies.submitted import parse_stamp
 from simulator.controlplane.build import Binaries
 from simulator.controlplane.minicluster import (
     MINICLUSTERS,
-    MiniClusterReconciler,
+    job_maker,
     minicluster_crd,
 )
-from tests.kube import job_manifest, wait_for
+from tests import builders
+from tests.kube import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("webhook_server")]
 
 
 def jobs_path(namespace: str) -> str:
     return f"/apis/batch/v1/namespaces/{namespace}/jobs"
-
-
-def labelled_job(name: str, queue: str = "gpu", **kwargs: Any) -> dict[str, Any]:
-    body = job_manifest(name, parallelism=kwargs.pop("parallelism", 4), **kwargs)
-    body["metadata"]["labels"]["muster.dev/queue"] = queue
-    return body
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +57,7 @@ def queue(kube: KubeClient) -> str:
 def test_labelled_job_is_stored_suspended_with_stamps(
     kube: KubeClient, namespace: str, queue: str
 ) -> None:
-    stored = kube.create(jobs_path(namespace), labelled_job("train", queue))
+    stored = kube.create(jobs_path(namespace), builders.job("train", queue, pods=4))
     assert stored["spec"]["suspend"] is True
     annotations = stored["metadata"]["annotations"]
     assert annotations["muster.dev/queue"] == queue
@@ -76,14 +71,14 @@ def test_labelled_job_is_stored_suspended_with_stamps(
 def test_unlabelled_job_in_unmanaged_namespace_is_untouched(
     kube: KubeClient, namespace: str
 ) -> None:
-    stored = kube.create(jobs_path(namespace), job_manifest("plain", parallelism=2))
+    stored = kube.create(jobs_path(namespace), builders.job("plain", pods=2))
     assert stored["spec"]["suspend"] is False
     assert "muster.dev/submitted" not in (stored["metadata"].get("annotations") or {})
 
 
 def test_job_in_kube_system_is_untouched(kube: KubeClient, queue: str) -> None:
     name = f"muster-test-{int(time.time() * 1000)}"
-    stored = kube.create(jobs_path("kube-system"), labelled_job(name, queue, runtime=None))
+    stored = kube.create(jobs_path("kube-system"), builders.job(name, queue, pods=4, runtime=None))
     try:
         assert stored["spec"]["suspend"] is False
         assert "muster.dev/submitted" not in (stored["metadata"].get("annotations") or {})
@@ -97,7 +92,7 @@ def test_namespace_default_queue_manages_unlabelled_jobs(kube: KubeClient, queue
         "/api/v1/namespaces", {"metadata": {"name": ns, "labels": {"muster.dev/queue": queue}}}
     )
     try:
-        body = job_manifest("plain", parallelism=2)
+        body = builders.job("plain", pods=2)
         # The webhook learns the namespace's label from its watch: ask with dry runs (the
         # webhook has no side effects, so the apiserver calls it for them) until it has.
         wait_for(
@@ -138,7 +133,7 @@ def test_bad_input_is_rejected_and_nothing_is_stored(
     parallelism: int,
     message: str,
 ) -> None:
-    body = labelled_job("bad", queue, parallelism=parallelism)
+    body = builders.job("bad", queue, pods=parallelism)
     body["metadata"]["annotations"] = annotations
     with pytest.raises(ApiError) as error:
         kube.create(jobs_path(namespace), body)
@@ -159,9 +154,9 @@ def test_queue_limit_refuses_a_new_gang_with_429(kube: KubeClient, namespace: st
     kube.create("/apis/muster.dev/v1alpha1/queues", body)
     try:
         time.sleep(1.0)  # the webhook learns the queue and its limits from its watch
-        kube.create(jobs_path(namespace), labelled_job("first", name))
+        kube.create(jobs_path(namespace), builders.job("first", name, pods=4))
         with pytest.raises(ApiError) as refused:
-            kube.create(jobs_path(namespace), labelled_job("second", name))
+            kube.create(jobs_path(namespace), builders.job("second", name, pods=4))
         assert refused.value.status == 429
         assert f"queue {name} holds 1 pending gang, its limit" in refused.value.message
         assert [j["metadata"]["name"] for j in kube.get(jobs_path(namespace))["items"]] == ["first"]
@@ -175,7 +170,7 @@ def test_unknown_queue_is_accepted_with_a_kubectl_warning(
     import yaml
 
     manifest = tmp_path / "job.yaml"
-    manifest.write_text(yaml.safe_dump(labelled_job("lost", "no-such-queue")))
+    manifest.write_text(yaml.safe_dump(builders.job("lost", "no-such-queue", pods=4)))
     proc = subprocess.run(
         [str(Binaries.at().kubectl), "--kubeconfig", str(kubeconfig), "-n", namespace]
         + ["create", "-f", str(manifest)],
@@ -206,7 +201,7 @@ def missing(sent: Any, stored: Any, path: str) -> Iterator[str]:
 
 
 def test_minicluster_job_is_created_suspended_with_gang_labels(
-    kube: KubeClient, namespace: str, queue: str
+    kube: KubeClient, namespace: str, queue: str, flux_operator: bool
 ) -> None:
     minicluster: dict[str, Any] = {
         "apiVersion": "flux-framework.org/v1alpha2",
@@ -245,7 +240,7 @@ def test_minicluster_job_is_created_suspended_with_gang_labels(
         assert stored_mc["spec"]["containers"][0]["pullAlways"] is False
         assert stored_mc["spec"]["tasks"] == 1
     mc_stamp = stored_mc["metadata"]["annotations"]["muster.dev/submitted"]
-    reconciler = MiniClusterReconciler(kube, namespace).start()
+    reconciler = job_maker(kube, namespace, real=flux_operator).start()
     try:
         job = wait_for(
             lambda: next(iter(kube.get(jobs_path(namespace))["items"]), None),
@@ -299,7 +294,7 @@ def test_concurrent_creates_get_unique_stamps_in_arrival_order(
     def submit(t: int) -> None:
         for i in range(per_thread):
             start = time.monotonic()
-            stored = kube.create(jobs_path(namespace), labelled_job(f"c-{t}-{i}", queue))
+            stored = kube.create(jobs_path(namespace), builders.job(f"c-{t}-{i}", queue, pods=4))
             end = time.monotonic()
             with lock:
                 records.append(

@@ -20,15 +20,16 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from admission.kubeapi import KubeClient
 from admission.launcher import launch
-from muster.commands.run import register_configuration
+from kubeport.kubeapi import KubeClient
+from tests import builders
 from tests.cluster.conftest import CONFIGURATIONS
 from tests.conftest import MusterProcess
 from tests.controller_helpers import jobs_path
-from tests.kube import job_manifest, wait_for, wait_webhook_stamps
+from tests.kube import wait_for, wait_webhook_stamps
 from tests.secretvolume import SecretVolume, presented
 from webhook.configuration import NAME as WEBHOOK_CONFIGURATION
+from webhook.startup import register_configuration
 from webhook.tls import CertificateAuthority
 
 pytestmark = [pytest.mark.cluster]
@@ -41,10 +42,8 @@ def common_name(cert: x509.Certificate) -> str:
 
 
 def job(name: str) -> dict[str, Any]:
-    body = job_manifest(name, parallelism=1, runtime=None)
     # No such queue: the Job waits suspended (with a warning); only the webhook matters here.
-    body["metadata"]["labels"]["muster.dev/queue"] = "tls-rotation-nowhere"
-    return body
+    return builders.job(name, "tls-rotation-nowhere", runtime=None)
 
 
 def assert_suspended_and_stamped(stored: dict[str, Any]) -> None:

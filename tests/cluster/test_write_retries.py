@@ -19,11 +19,13 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import ApiError, Credentials, KubeClient
 from admission.writes import JobRef, Writer
-from policies.vocabulary import ADMITTED
+from kubeport.kubeapi import ApiError, Credentials, KubeClient
+from policies.kinds import JOB
+from policies.kinds.release import Release, release_writes
+from policies.vocabulary import ADMITTED, SUBMITTED
+from tests import builders
 from tests.controller_helpers import jobs_path
-from tests.kube import job_manifest
 from webhook.tls import create_webhook_tls
 
 pytestmark = [pytest.mark.cluster]
@@ -96,9 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 def suspended_job() -> dict[str, Any]:
     """A suspended Job as the webhook stores one (it always has muster's annotations)."""
-    body = job_manifest("gang", parallelism=2, suspend=True)
-    body["metadata"]["annotations"] = {"muster.dev/submitted": "stand-in"}
-    return body
+    return builders.job("gang", pods=2, suspend=True, annotations={SUBMITTED: "stand-in"})
 
 
 @pytest.fixture
@@ -140,7 +140,10 @@ def admit_through(
     with KubeClient(credentials, timeout=timeout) as faulty:
         writer = Writer(faulty, attempts=attempts, on_retry=retried.append)
         try:
-            return writer.admit(ref, time.time(), 2)
+            (write,) = release_writes(
+                JOB, ref.uid, {}, JOB.original({}), (), Release(time.time(), 2)
+            )
+            return writer.admit(ref, [write])
         finally:
             writer.close()
 

@@ -14,6 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.phase import QueueLimits
+from policies.vocabulary import ADMITTED, QUEUE, SUBMITTED
+from tests import builders
 from webhook.backlog import Backlog
 
 STAMP = "2026-01-01T00:00:00.000000001Z/1"
@@ -30,21 +32,23 @@ class Clock:
 
 
 def job(name: str, queue: str, space: str, phase: str) -> dict[str, Any]:
-    annotations = {"muster.dev/queue": queue, "muster.dev/submitted": STAMP}
+    """A stored Job of `queue` in namespace `space`, pending, admitted or finished."""
+    annotations = {QUEUE: queue, SUBMITTED: STAMP}
     status: dict[str, Any] = {}
     if phase == "admitted":
-        annotations["muster.dev/admitted"] = "2026-01-01T00:00:01.000000Z/1"
+        annotations[ADMITTED] = "2026-01-01T00:00:01.000000Z/1"
     elif phase == "finished":
         status["conditions"] = [{"type": "Failed", "status": "True"}]
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": space,
-            "labels": {"muster.dev/queue": queue},
-            "annotations": annotations,
-        },
-        "status": status,
-    }
+    return builders.job(
+        name,
+        queue,
+        namespace=space,
+        suspend=phase == "pending",
+        runtime=None,
+        annotations=annotations,
+        tolerations=(),
+        status=status,
+    )
 
 
 events = st.lists(

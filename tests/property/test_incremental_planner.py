@@ -28,7 +28,8 @@ from policies import (
     Snapshot,
     plan,
 )
-from tests.strategies import gangs, nodes, queue_trees
+from policies.packing import DEFAULT_PACKING, Packing
+from tests.strategies import PACKINGS, gangs, nodes, queue_trees
 
 SETTINGS = settings(
     max_examples=300,
@@ -71,13 +72,16 @@ def _content(decisions: Decisions) -> tuple[object, ...]:
 class _World:
     """The test's own record of what the planner was told."""
 
-    def __init__(self, cluster: list[Node], tree: QueueTree, policy: str) -> None:
+    def __init__(
+        self, cluster: list[Node], tree: QueueTree, policy: str, packing: Packing = DEFAULT_PACKING
+    ) -> None:
         self.nodes = cluster
+        self.packing = packing
         self.tree = tree
         self.policy = policy
         self.pending: dict[str, Gang] = {}
         self.admitted: dict[str, AdmittedGang] = {}
-        self.planner = Planner(cluster, tree, policy)
+        self.planner = Planner(cluster, tree, policy, packing=packing)
 
     def check(self, now: float) -> Decisions:
         planner = self.planner
@@ -85,7 +89,12 @@ class _World:
         exact = plan(planner.snapshot(now), self.policy)
         assert _ordered(decisions) == _ordered(exact)
         mine = Snapshot(
-            self.nodes, self.tree, list(self.admitted.values()), list(self.pending.values()), now
+            self.nodes,
+            self.tree,
+            list(self.admitted.values()),
+            list(self.pending.values()),
+            now,
+            packing=self.packing,
         )
         assert _content(decisions) == _content(plan(mine, self.policy))
         # A plan leaves the planner as it was: the same plan again decides the same.
@@ -109,7 +118,8 @@ def test_incremental_planner_matches_plan(
     ops: list[tuple[object, ...]],
 ) -> None:
     pool = data.draw(gangs(tree, "p", max_gangs=16)) + data.draw(gangs(tree, "q", max_gangs=8))
-    world = _World(cluster, tree, policy)
+    # Every packing strategy: its node order is kept up to date between plans as well.
+    world = _World(cluster, tree, policy, data.draw(PACKINGS))
     planner = world.planner
     now = 0.0
     for gang in pool[: data.draw(st.integers(0, len(pool)))]:

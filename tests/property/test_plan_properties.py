@@ -13,7 +13,17 @@ from collections.abc import Sequence, Set
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies import Decisions, Gang, Preemption, Queue, QueueTree, Snapshot, plan
+from policies import (
+    Decisions,
+    Gang,
+    PodSet,
+    Preemption,
+    Queue,
+    QueueTree,
+    Resources,
+    Snapshot,
+    plan,
+)
 from tests.strategies import any_snapshots, contended_snapshots, snapshots, without_size_ratio
 from tests.unit.test_policies import load_doc_example
 
@@ -32,19 +42,24 @@ SETTINGS = settings(
 
 def _pods_counted(snapshot: Snapshot) -> bool:
     """Every pod counts one "pods" when a node or a quota mentions pods (as documented)."""
+    gangs = [*snapshot.pending, *(a.gang for a in snapshot.admitted)]
     return (
         any("pods" in node.allocatable for node in snapshot.nodes)
         or any("pods" in (queue.nominal or ()) for queue in snapshot.queues)
-        or any("pods" in gang.pod_requests for gang in snapshot.pending)
-        or any("pods" in a.gang.pod_requests for a in snapshot.admitted)
+        or any("pods" in pod_set.requests for gang in gangs for pod_set in gang.pod_sets)
     )
 
 
-def _per_pod(gang: Gang, pods_counted: bool) -> dict[str, int]:
-    request = dict(gang.pod_requests)
+def _per_pod(requests: Resources, pods_counted: bool) -> dict[str, int]:
+    request = dict(requests)
     if pods_counted:
         request["pods"] = max(request.get("pods", 0), 1)
     return request
+
+
+def _sets_at(gang: Gang, size: int) -> list[PodSet]:
+    """The gang's pod sets as admitted at ``size`` pods (the main one shrunk, the others whole)."""
+    return [dataclasses.replace(gang.main, count=size - gang.fixed), *gang.others]
 
 
 def _gangs(snapshot: Snapshot) -> dict[str, Gang]:
@@ -61,8 +76,9 @@ def _leaf_usage(snapshot: Snapshot, decisions: Decisions) -> dict[str, dict[str,
     held += [(a.gang_id, a.size) for a in decisions.admitted]
     for gang_id, size in held:
         gang = gangs[gang_id]
-        for resource, amount in _per_pod(gang, counted).items():
-            usage[gang.queue][resource] += amount * size
+        for pod_set in _sets_at(gang, size):
+            for resource, amount in _per_pod(pod_set.requests, counted).items():
+                usage[gang.queue][resource] += amount * pod_set.count
     return usage
 
 
@@ -118,28 +134,38 @@ def test_no_node_is_overcommitted(snapshot: Snapshot, policy: str) -> None:
     by_name = {node.name: node for node in snapshot.nodes}
     load: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     placements = [
-        (a.gang.id, a.placement) for a in snapshot.admitted if a.gang.id not in decisions.preempted
+        (a.gang.id, (a.placement, *a.other_placements))
+        for a in snapshot.admitted
+        if a.gang.id not in decisions.preempted
     ]
-    placements += [(a.gang_id, a.placement) for a in decisions.admitted]
-    for gang_id, placement in placements:
-        for name, pods in placement.items():
-            for resource, amount in _per_pod(gangs[gang_id], counted).items():
-                load[name][resource] += amount * pods
+    placements += [(a.gang_id, (a.placement, *a.other_placements)) for a in decisions.admitted]
+    for gang_id, by_set in placements:
+        for pod_set, placement in zip(gangs[gang_id].pod_sets, by_set, strict=False):
+            for name, pods in placement.items():
+                for resource, amount in _per_pod(pod_set.requests, counted).items():
+                    load[name][resource] += amount * pods
     for admission in decisions.admitted:
         gang = gangs[admission.gang_id]
         queue = snapshot.queues[admission.queue]
+        sets = _sets_at(gang, admission.size)
+        by_set = (admission.placement, *admission.other_placements)
         if not queue.node_fit:
-            assert admission.placement == {}
+            assert all(placement == {} for placement in by_set)
             continue
-        assert sum(admission.placement.values()) == admission.size
-        for node_name, pods in admission.placement.items():
-            assert pods >= 1
+        # Every pod set is placed, each whole but the main one, which has the rest.
+        assert len(by_set) == len(sets)
+        for pod_set, placement in zip(sets, by_set, strict=True):
+            assert sum(placement.values()) == pod_set.count, (admission, pod_set)
+            for node_name, pods in placement.items():
+                assert pods >= 1
+                node = by_name[node_name]
+                if pod_set.one_pod_per_node:
+                    assert pods == 1, admission
+                assert all(node.labels.get(k) == v for k, v in pod_set.node_selector.items())
+                for taint in node.taints:
+                    assert any(t.tolerates(taint) for t in pod_set.tolerations), (node, gang)
+        for node_name in {name for placement in by_set for name in placement}:
             node = by_name[node_name]
-            if gang.one_pod_per_node:
-                assert pods == 1, admission
-            assert all(node.labels.get(k) == v for k, v in gang.node_selector.items())
-            for taint in node.taints:
-                assert any(t.tolerates(taint) for t in gang.tolerations), (node, gang)
             for resource, amount in load[node_name].items():
                 if resource == "pods" and "pods" not in node.allocatable:
                     continue  # a node without a pod limit
@@ -196,12 +222,9 @@ def test_drf_admits_the_lowest_share_first(snapshot: Snapshot) -> None:
         for gang in ordered:
             # The queue's first gang that would be admitted on its own.
             if plan(dataclasses.replace(snapshot, pending=[gang])).admitted:
+                demand = gang.demand(gang.size)
                 share = max(
-                    (
-                        (gang.pod_requests[r] * gang.size) * (1.0 / capacity[r])
-                        for r in sorted(capacity)
-                        if capacity[r] > 0
-                    ),
+                    (demand[r] * (1.0 / capacity[r]) for r in sorted(capacity) if capacity[r] > 0),
                     default=0.0,
                 )
                 candidates.append(((share / queue.weight, *gang.order_key, leaf), gang.id))
@@ -360,8 +383,9 @@ def _share_over(
     if extra is not None:
         held.append((extra, extra.size))
     for gang, size in held:
-        for resource, amount in _per_pod(gang, counted).items():
-            usage[resource] += amount * size
+        for pod_set in _sets_at(gang, size):
+            for resource, amount in _per_pod(pod_set.requests, counted).items():
+                usage[resource] += amount * pod_set.count
     best = max(
         (usage[r] / capacity[r] for r in resources if capacity.get(r)),
         default=0.0,
@@ -402,7 +426,9 @@ def test_preemption_only_for_a_preemptor_admitted_now_and_a_lower_share(
         if victim.queue == preemptor.queue:
             assert victim.priority < preemptor.priority
             continue
-        resources = {r for r, amount in _per_pod(preemptor, counted).items() if amount}
+        # Over the resources of the preemptor's main pod set, as the planner's shares count.
+        per_pod = _per_pod(preemptor.pod_requests, counted)
+        resources = {r for r, amount in per_pod.items() if amount}
         at = position[preemptor_id]
         before = [(pending[a.gang_id], a.size) for a in decisions.admitted[:at]]
         gone = {v for v, p in preemptor_of.items() if position.get(p, at) < at}

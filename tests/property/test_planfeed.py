@@ -14,10 +14,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from admission.cache import Cache
-from admission.gangs import format_admitted
-from admission.pinning import encode_placement
 from admission.planfeed import PlanFeed
 from policies import AdmittedGang, Decisions, plan
+from policies.kinds.pinning import encode_placement
+from policies.kinds.reading import format_admitted
+from policies.vocabulary import MIN_MEMBERS, SUBMITTED
+from tests import builders
 
 STAMP = "2026-01-02T03:04:05.{:09d}Z/{:012d}"
 
@@ -41,30 +43,24 @@ def queue(name: str, parent: str | None, cpu: int | None, rv: int) -> dict[str, 
 def job(
     name: str, q: str, size: int, cpu: int, seq: int, rv: int, minimum: int | None
 ) -> dict[str, Any]:
-    annotations = {"muster.dev/submitted": STAMP.format(seq, seq)}
+    """A stored Indexed gang of `size` pods of `cpu` cpus, suspended, stamped `seq`."""
+    annotations = {SUBMITTED: STAMP.format(seq, seq)}
     if minimum is not None:
-        annotations["muster.dev/min-members"] = str(minimum)
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "uid": f"uid-{name}",
-            "resourceVersion": str(rv),
-            "labels": {"muster.dev/queue": q},
-            "annotations": annotations,
-        },
-        "spec": {
-            "parallelism": size,
-            "completions": size,
-            "completionMode": "Indexed",
-            "suspend": True,
-            "template": {
-                "metadata": {"labels": {"muster.dev/gang": name}},
-                "spec": {"containers": [{"resources": {"requests": {"cpu": str(cpu)}}}]},
-            },
-        },
-        "status": {},
-    }
+        annotations[MIN_MEMBERS] = str(minimum)
+    return builders.job(
+        name,
+        q,
+        namespace="ns",
+        pods=size,
+        indexed=True,
+        suspend=True,
+        cpu=str(cpu),
+        runtime=None,
+        tolerations=(),
+        annotations=annotations,
+        gang_label=True,
+        resource_version=rv,
+    )
 
 
 def gang_pod(
@@ -88,9 +84,11 @@ def gang_pod(
 
 
 def admitted_from_scratch(cache: Cache, now: float) -> dict[str, AdmittedGang]:
-    """`Cache.admitted_gangs` without its memo: every placement worked out again."""
+    """`Reservations.admitted` without its memo: every placement worked out again."""
     return {
-        r.gang.id: AdmittedGang(r.gang, adm[1], cache.placement(r, now), adm[0], r.reached_min)
+        r.gang.id: AdmittedGang(
+            r.gang, adm[1], cache.reservations.placement(r, now), adm[0], r.reached_min
+        )
         for r in cache.jobs.values()
         if not r.finished and (adm := r.admission) is not None
     }
@@ -162,14 +160,16 @@ def test_the_fed_planner_decides_as_a_full_plan(
             # What the loop does with a plan: optimistic local admission and a reservation.
             for admission in feed.plan(cache, now).admitted[: 1 + i % 3]:
                 record = cache.jobs[admission.gang_id]
-                cache.assume_admitted(record, now, admission.size, admission.placement)
+                placements = record.gang.placements(admission.placement, admission.other_placements)
+                cache.assume_admitted(record, now, admission.size, placements)
         elif op == "object-admit" and pick is not None and pick.admission is None:
             body = job(pick.name, pick.queue, pick.gang.size, 1, pick.gang.submitted.seq, rv, None)
             body["metadata"]["annotations"]["muster.dev/admitted"] = format_admitted(now, size)
             if cpu % 2:
                 # Pinned (as after a restart): the planned nodes are held from the object.
                 pin = {f"n{(i + k) % 3}": 1 for k in range(size)}
-                body["metadata"]["annotations"]["muster.dev/placement"] = encode_placement(pin)
+                placement = encode_placement({"": pin})
+                body["metadata"]["annotations"]["muster.dev/placement"] = placement
             body["spec"]["suspend"] = False
             body["spec"]["parallelism"] = body["spec"]["completions"] = pick.gang.size
             cache.apply_job("MODIFIED", body)
@@ -219,8 +219,8 @@ def test_the_fed_planner_decides_as_a_full_plan(
             cache.changed.set()
         elif op == "delete" and pick is not None:
             cache.apply_job("DELETED", {"metadata": {"name": pick.name, "namespace": "ns"}})
-        cache.release_reservations(now)  # as each cycle starts
-        memoized = {a.gang.id: a for a in cache.admitted_gangs(now)}
+        cache.reservations.release(now)  # as each cycle starts
+        memoized = {a.gang.id: a for a in cache.reservations.admitted(now)}
         assert memoized == admitted_from_scratch(cache, now)
         same(feed.plan(cache, now), plan(cache.snapshot(now), policy))
         # And the planner holds what the snapshot holds.

@@ -8,7 +8,7 @@ from typing import Any
 
 from muster.cli import main
 from simulator.engine import FAILED, FINISHED, STUCK, EngineConfig, simulate
-from simulator.report import percentile, summarize
+from simulator.report import summarize
 from simulator.trace import Trace, from_dict, load
 
 
@@ -115,13 +115,6 @@ def test_admit_interval_coalesces_decisions() -> None:
     cycled = simulate(trace, EngineConfig(admission="muster", admit_interval=5.0))
     assert cycled.plan_calls < every.plan_calls
     assert all(r.first_admitted is not None and r.first_admitted % 5 == 0 for r in cycled.gangs)
-
-
-def test_percentile() -> None:
-    assert percentile([], 50) is None
-    assert percentile([3.0], 95) == 3.0
-    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
-    assert percentile([0.0, 10.0], 95) == 9.5
 
 
 def test_blog_burst_none_clogs_and_muster_completes(tmp_path: Path) -> None:

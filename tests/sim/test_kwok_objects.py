@@ -11,9 +11,12 @@ from typing import Any
 
 import pytest
 
-from admission.gangs import format_admitted, job_record, node_from, queue_from
+from admission.gangs import job_record
 from policies import Preemption, Resources, SizeRatio, gangstate
 from policies.gangstate import GangState
+from policies.kinds.reading import format_admitted
+from policies.objects import node_from, queue_from
+from policies.topology import NO_TOPOLOGY, TopologyRequest
 from policies.vocabulary import (
     ADMITTED,
     EVICTED_REASON,
@@ -26,6 +29,7 @@ from policies.vocabulary import (
 )
 from simulator.controlplane.minicluster import job_for
 from simulator.engine import FAILED, FINISHED, PENDING, RUNNING, STUCK, GangRecord
+from simulator.kwok_muster import topology_flags
 from simulator.kwok_objects import (
     SIM_RUN,
     gang_object,
@@ -35,9 +39,11 @@ from simulator.kwok_objects import (
     wall_deadline_seconds,
     wall_duration,
 )
+from simulator.kwok_settings import KwokSettings, check_trace
 from simulator.kwok_timeline import Timeline
 from simulator.sampling import water_fill
 from simulator.trace import expand, from_dict, load
+from tests import builders
 
 TRACE: dict[str, Any] = {
     "name": "t",
@@ -249,12 +255,27 @@ def _pod(ns: str, gang: str, node: str | None, phase: str) -> dict[str, Any]:
     }
 
 
-def _job(ns: str, name: str, annotations: dict[str, str], complete: bool = False) -> Any:
+def _job(
+    ns: str,
+    name: str,
+    annotations: dict[str, str],
+    complete: bool = False,
+    *,
+    pods: int | None = None,
+    suspend: bool | None = None,
+) -> Any:
+    """A Job as the engine's looks list it; `pods` and `suspend` None leave those fields out."""
     conditions = [{"type": "Complete", "status": "True"}] if complete else []
-    return {
-        "metadata": {"namespace": ns, "name": name, "annotations": annotations},
-        "status": {"conditions": conditions},
-    }
+    return builders.job(
+        name,
+        namespace=ns,
+        pods=pods,
+        suspend=suspend,
+        runtime=None,
+        tolerations=(),
+        annotations=annotations,
+        status={"conditions": conditions},
+    )
 
 
 def test_timeline_records_a_muster_gang_in_trace_time() -> None:
@@ -426,9 +447,7 @@ def test_external_objects_are_suspended_and_handed_over_by_label() -> None:
 
 
 def _suspended_job(ns: str, name: str, suspend: bool, complete: bool = False) -> Any:
-    job = _job(ns, name, {}, complete)
-    job["spec"] = {"suspend": suspend, "parallelism": 2}
-    return job
+    return _job(ns, name, {}, complete, pods=2, suspend=suspend)
 
 
 def test_timeline_records_an_external_admission_and_eviction() -> None:
@@ -485,3 +504,25 @@ def test_an_external_gang_never_unsuspended_is_stuck_pending() -> None:
     timeline.result(stuck_reasons={}, horizon_reached=False, end_wall=0, wall_seconds=1)
     assert _state(gang) == STUCK
     assert gang.reason.startswith("Pending: still suspended, the outside controller")
+
+
+def test_a_trace_with_racks_is_replayed_with_its_domains_and_requests() -> None:
+    """The rack trace on kwok: every node carries its block and rack labels (16 racks), each
+    gang its topology request as muster's annotation (read back as the trace's), muster gets
+    the levels, and the cross-rack slowdown it cannot replay is said, not refused."""
+    trace = load("racks")
+    nodes = [node_from(plan.body) for plan in node_bodies(trace, "r1")]
+    racks = {(n.labels["block"], n.labels["rack"]) for n in nodes if n is not None}
+    assert len(nodes) == 128 and len(racks) == 16
+    arrivals = expand(trace)
+    for group, request in (("rack8", TopologyRequest("rack", True)), ("half4", None)):
+        arrival = next(a for a in arrivals if a.group == group)
+        body = gang_object(arrival, namespace="ns", admission="muster", scale=60, run="r1").body
+        body["metadata"]["annotations"][SUBMITTED] = "2026-01-01T00:00:00.000000Z"
+        read = job_record(body).gang.topology
+        assert read == (request or TopologyRequest("rack", False)), (group, read)
+    assert topology_flags(trace.topology) == ("--topology-levels", "block,rack")
+    assert topology_flags(NO_TOPOLOGY) == ()
+    said: list[str] = []
+    check_trace(trace, KwokSettings(time_scale=60), said.append)
+    assert any("does not apply crossDomainSlowdown (x1.3 across racks)" in s for s in said), said

@@ -29,6 +29,8 @@ def cluster(nodes: int, jobs: list[dict[str, Any]]) -> Trace:
 
 
 def job(name: str, size: int, cpu: str, at: str, **fields: Any) -> dict[str, Any]:
+    # A gang of a trace (the simulator's input format), not a Job: tests/builders.py does not
+    # build these.
     return {
         "name": name,
         "queue": "q",
@@ -235,7 +237,9 @@ def test_classify_answers_as_if_each_gang_were_asked_alone(world: st.DataObject)
     from tests.strategies import gangs, nodes, queue_trees
 
     cluster = world.draw(nodes())
-    pending = world.draw(gangs(world.draw(queue_trees()), "ns", unknown_queues=False))
+    pending = world.draw(
+        gangs(world.draw(queue_trees()), "ns", unknown_queues=False, pod_sets=False)
+    )
     requests = [gang.pod_requests for gang in pending]
     kept = ClusterModel(cluster, requests, unpinned=False)
     for gang in pending + pending[::-1]:

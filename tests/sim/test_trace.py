@@ -14,6 +14,7 @@ import yaml
 from muster.cli import main
 from simulator.trace import (
     TraceError,
+    dump_yaml,
     expand,
     from_dict,
     load,
@@ -208,6 +209,16 @@ def test_csv_errors_name_the_line(tmp_path: Path) -> None:
     path.write_text("submit,queue,size,requests,runtime\n0,gpu,4,cpu=1,60s\n")
     with pytest.raises(TraceError, match="queue 'gpu' not found"):
         with_jobs(load(), load_jobs_csv(path), str(path))
+
+
+def test_the_trace_writer_writes_null_as_yaml_null() -> None:
+    # A queue's `sizeRatio: null` turns the size-ratio rule off; written as the string None it
+    # would no longer load.
+    document = blog_document()
+    document["queues"][0]["sizeRatio"] = None
+    assert loads(dump_yaml(document), default_name="blog-burst") == from_dict(
+        document, default_name="blog-burst"
+    )
 
 
 def test_trace_burst_generator(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from admission.cache import Cache
 from admission.deadlock import PartialGang, gangs_to_evict, wait_for_graph
-from admission.gangs import format_admitted, job_record, parse_admitted, queue_from
+from admission.gangs import job_record
 from policies import (
     Gang,
     Node,
@@ -20,7 +20,10 @@ from policies import (
     Toleration,
     plan,
 )
-from policies.vocabulary import EVICTED_REASON, PREEMPTED_BY, PREEMPTIONS
+from policies.kinds.reading import format_admitted, parse_admitted
+from policies.objects import queue_from
+from policies.vocabulary import EVICTED_REASON, PREEMPTED_BY, PREEMPTIONS, QUEUE, SUBMITTED
+from tests import builders
 
 KWOK = Taint("kwok.x-k8s.io/node", "fake", "NoSchedule")
 TOLERATE = (Toleration("kwok.x-k8s.io/node", "Exists", "", "NoSchedule"),)
@@ -29,30 +32,23 @@ TOLERATE = (Toleration("kwok.x-k8s.io/node", "Exists", "", "NoSchedule"),)
 def job(
     name: str, *, pods: int = 4, annotations: dict[str, str] | None = None, **status: Any
 ) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "uid": f"uid-{name}",
-            "resourceVersion": "10",
-            "labels": {"muster.dev/queue": "q"},
-            "annotations": {
-                "muster.dev/queue": "q",
-                "muster.dev/submitted": "2026-01-02T03:04:05.000000001Z/000000000001",
-                **(annotations or {}),
-            },
-        },
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "suspend": True,
-            "template": {
-                "metadata": {"labels": {"muster.dev/gang": name}},
-                "spec": {"containers": [{"resources": {"requests": {"cpu": "2"}}}]},
-            },
-        },
-        "status": status,
-    }
+    """A stored gang of queue q (resourceVersion 10): `pods` pods of 2 cpu, suspended, as the
+    webhook stamped it, with `annotations` besides and `status`."""
+    stamped = {QUEUE: "q", SUBMITTED: "2026-01-02T03:04:05.000000001Z/000000000001"}
+    return builders.job(
+        name,
+        "q",
+        namespace="ns",
+        pods=pods,
+        suspend=True,
+        cpu="2",
+        runtime=None,
+        tolerations=(),
+        annotations={**stamped, **(annotations or {})},
+        gang_label=True,
+        resource_version=10,
+        status=status,
+    )
 
 
 def test_job_record_reads_the_gang() -> None:
@@ -326,7 +322,7 @@ def test_a_young_gang_holds_its_plan_until_its_minimum_is_ready() -> None:
     admitted = job("a", annotations={"muster.dev/admitted": format_admitted(1.0, 4)})
     admitted["spec"]["suspend"] = False
     cache.apply_job("ADDED", admitted)
-    cache.reservations["ns/a"] = {"n1": 4}
+    cache.reservations["ns/a"] = {"": {"n1": 4}}
     for i, node in enumerate(("n2", "n2", "n3", "n3")):
         pod = {
             "metadata": {
@@ -340,11 +336,11 @@ def test_a_young_gang_holds_its_plan_until_its_minimum_is_ready() -> None:
         }
         cache.apply_pod("ADDED", pod)
     record = cache.jobs["ns/a"]
-    assert cache.placement(record, now=2.0) == {"n1": 4, "n2": 2, "n3": 2}
+    assert cache.reservations.placement(record, now=2.0) == {"n1": 4, "n2": 2, "n3": 2}
     ready = dict(admitted, status={"ready": 4})
     cache.apply_job("MODIFIED", ready)
     record = cache.jobs["ns/a"]
-    assert cache.placement(record, now=2.0) == {"n2": 2, "n3": 2}
+    assert cache.reservations.placement(record, now=2.0) == {"n2": 2, "n3": 2}
     (held,) = cache.snapshot(now=2.0).admitted
     assert sum(held.placement.values()) == 4
 
@@ -364,7 +360,7 @@ def _gang_pod(i: int, spec: dict[str, Any], status: dict[str, Any]) -> dict[str,
 
 
 def test_a_gang_waits_on_the_control_plane_until_its_pods_are_tried_and_reported() -> None:
-    """The clog clock's view (Cache.gang_waits, start_measure): an admitted Job the Job
+    """The clog clock's view (PodLedger.gang_waits, start_measure): an admitted Job the Job
     controller has not started waits; so does a gang with a pod in the scheduler's queue or
     bound and not reported on by its kubelet; a pod the scheduler found unschedulable, or
     one its kubelet reports on, does not wait. The measure rises with each step."""
@@ -373,30 +369,30 @@ def test_a_gang_waits_on_the_control_plane_until_its_pods_are_tried_and_reported
     admitted["spec"]["suspend"] = False
     cache.apply_job("ADDED", admitted)
     record = cache.jobs["ns/a"]
-    assert cache.gang_waits(record) and cache.start_measure(record) == 0
+    assert cache.pods.gang_waits(record) and cache.pods.start_measure(record) == 0
     started = dict(admitted, status={"startTime": "1970-01-01T00:01:40Z"})
     cache.apply_job("MODIFIED", started)
     record = cache.jobs["ns/a"]
-    assert not cache.gang_waits(record)
+    assert not cache.pods.gang_waits(record)
 
     queued = _gang_pod(0, {}, {"phase": "Pending"})
     cache.apply_pod("ADDED", queued)
-    assert cache.gang_waits(record) and cache.start_measure(record) == 1
+    assert cache.pods.gang_waits(record) and cache.pods.start_measure(record) == 1
     unschedulable = {
         "phase": "Pending",
         "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
     }
     cache.apply_pod("MODIFIED", _gang_pod(0, {}, unschedulable))
-    assert not cache.gang_waits(record) and cache.start_measure(record) == 1
+    assert not cache.pods.gang_waits(record) and cache.pods.start_measure(record) == 1
 
     cache.apply_pod("ADDED", _gang_pod(1, {"nodeName": "n1"}, {"phase": "Pending"}))
-    assert cache.gang_waits(record) and cache.start_measure(record) == 3
+    assert cache.pods.gang_waits(record) and cache.pods.start_measure(record) == 3
     failing = {"phase": "Pending", "containerStatuses": [{"ready": False}]}
     cache.apply_pod("MODIFIED", _gang_pod(1, {"nodeName": "n1"}, failing))
-    assert not cache.gang_waits(record)
+    assert not cache.pods.gang_waits(record)
     ready = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     cache.apply_pod("MODIFIED", _gang_pod(1, {"nodeName": "n1"}, ready))
-    assert not cache.gang_waits(record) and cache.start_measure(record) == 4
+    assert not cache.pods.gang_waits(record) and cache.pods.start_measure(record) == 4
 
 
 def test_a_job_started_before_this_admission_has_not_started_for_it() -> None:
@@ -411,7 +407,7 @@ def test_a_job_started_before_this_admission_has_not_started_for_it() -> None:
     )
     admitted["spec"]["suspend"] = False
     cache.apply_job("ADDED", admitted)
-    assert cache.gang_waits(cache.jobs["ns/a"])
+    assert cache.pods.gang_waits(cache.jobs["ns/a"])
 
 
 def test_an_elastic_gang_holds_its_plan_until_every_admitted_pod_is_bound() -> None:
@@ -430,7 +426,7 @@ def test_an_elastic_gang_holds_its_plan_until_every_admitted_pod_is_bound() -> N
     admitted["spec"]["suspend"] = False
     admitted["spec"]["completionMode"] = "Indexed"
     cache.apply_job("ADDED", admitted)
-    cache.reservations["ns/a"] = {"n1": 2, "n2": 2}
+    cache.reservations["ns/a"] = {"": {"n1": 2, "n2": 2}}
     ready_pod = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     for i in range(2):
         cache.apply_pod("ADDED", _gang_pod(i, {"nodeName": "n1"}, ready_pod))
@@ -438,13 +434,13 @@ def test_an_elastic_gang_holds_its_plan_until_every_admitted_pod_is_bound() -> N
         "MODIFIED", dict(admitted, status={"ready": 2, "startTime": "1970-01-01T00:00:01Z"})
     )
     record = cache.jobs["ns/a"]
-    cache.release_reservations(now=2.0)
-    assert cache.placement(record, now=2.0) == {"n1": 2, "n2": 2}
+    cache.reservations.release(now=2.0)
+    assert cache.reservations.placement(record, now=2.0) == {"n1": 2, "n2": 2}
     for i in range(2, 4):
         cache.apply_pod("ADDED", _gang_pod(i, {"nodeName": "n2"}, ready_pod))
-    cache.release_reservations(now=3.0)
+    cache.reservations.release(now=3.0)
     assert "ns/a" not in cache.reservations
-    assert cache.placement(record, now=3.0) == {"n1": 2, "n2": 2}
+    assert cache.reservations.placement(record, now=3.0) == {"n1": 2, "n2": 2}
 
 
 def test_succeeded_pods_count_before_the_job_controller_counts_them() -> None:
@@ -456,7 +452,7 @@ def test_succeeded_pods_count_before_the_job_controller_counts_them() -> None:
     cache.apply_job("ADDED", admitted)
     record = cache.jobs["ns/a"]
     cache.apply_pod("ADDED", _gang_pod(0, {"nodeName": "n1"}, {"phase": "Succeeded"}))
-    assert cache.succeeded_pods(record) == 1 and cache.ready_pods(record) == 0
-    assert not cache.gang_waits(record) and cache.start_measure(record) == 3
+    assert cache.pods.succeeded_pods(record) == 1 and cache.pods.ready_pods(record) == 0
+    assert not cache.pods.gang_waits(record) and cache.pods.start_measure(record) == 3
     cache.apply_pod("DELETED", _gang_pod(0, {"nodeName": "n1"}, {"phase": "Succeeded"}))
-    assert cache.succeeded_pods(record) == 0
+    assert cache.pods.succeeded_pods(record) == 0

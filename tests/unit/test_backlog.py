@@ -6,8 +6,12 @@ from typing import Any
 
 import pytest
 
+from policies.kinds import JOB, MINICLUSTER
+from policies.kinds.reading import gang_pending
 from policies.model import PolicyError
-from policies.phase import NO_LIMITS, QueueLimits, job_pending, parse_queue_limits
+from policies.phase import NO_LIMITS, QueueLimits, parse_queue_limits
+from policies.vocabulary import ADMITTED, QUEUE, STATE, SUBMITTED
+from tests import builders
 from webhook.backlog import Backlog
 from webhook.decision import WebhookSettings
 from webhook.review import WebhookState, review_response
@@ -33,30 +37,30 @@ def stored_job(
     failed: bool = False,
     owner: str | None = None,
 ) -> dict[str, Any]:
-    annotations = {"muster.dev/queue": queue, "muster.dev/submitted": STAMP}
+    """A Job of `queue` as stored after the webhook stamped it: waiting, admitted (unsuspended),
+    finished or marked failed; `owner` names the MiniCluster that made it."""
+    annotations = {QUEUE: queue, SUBMITTED: STAMP}
     if admitted:
-        annotations["muster.dev/admitted"] = "2026-01-01T00:00:01.000000Z/4"
+        annotations[ADMITTED] = "2026-01-01T00:00:01.000000Z/4"
     if failed:
-        annotations["muster.dev/state"] = "Failed"
-    meta: dict[str, Any] = {
-        "name": name,
-        "namespace": namespace,
-        "labels": {"muster.dev/queue": queue},
-        "annotations": annotations,
+        annotations[STATE] = "Failed"
+    reference = {
+        "apiVersion": "flux-framework.org/v1alpha2",
+        "kind": "MiniCluster",
+        "name": owner,
+        "controller": True,
     }
-    if owner:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": "flux-framework.org/v1alpha2",
-                "kind": "MiniCluster",
-                "name": owner,
-                "controller": True,
-            }
-        ]
-    status: dict[str, Any] = {}
-    if finished:
-        status["conditions"] = [{"type": "Complete", "status": "True"}]
-    return {"metadata": meta, "spec": {"suspend": not admitted}, "status": status}
+    return builders.job(
+        name,
+        queue,
+        namespace=namespace,
+        suspend=not admitted,
+        runtime=None,
+        tolerations=(),
+        annotations=annotations,
+        owner=reference if owner else None,
+        status={"conditions": [{"type": "Complete", "status": "True"}]} if finished else {},
+    )
 
 
 def stored_minicluster(name: str, queue: str = "prod", namespace: str = "team-a") -> Any:
@@ -72,10 +76,10 @@ def stored_minicluster(name: str, queue: str = "prod", namespace: str = "team-a"
 
 
 def test_pending_is_stored_not_admitted_not_finished_not_failed() -> None:
-    assert job_pending(stored_job("a"))
-    assert not job_pending(stored_job("a", admitted=True))
-    assert not job_pending(stored_job("a", finished=True))
-    assert not job_pending(stored_job("a", failed=True))
+    assert gang_pending(JOB, stored_job("a"))
+    assert not gang_pending(JOB, stored_job("a", admitted=True))
+    assert not gang_pending(JOB, stored_job("a", finished=True))
+    assert not gang_pending(JOB, stored_job("a", failed=True))
 
 
 def test_the_watch_counts_pending_gangs_per_queue_and_namespace() -> None:
@@ -114,13 +118,13 @@ def test_the_queue_is_the_label_as_the_controller_reads_it() -> None:
     backlog.observe_job("ADDED", job)
     mc = stored_minicluster("m")
     mc["metadata"]["annotations"]["muster.dev/queue"] = "dev"
-    backlog.observe_minicluster("ADDED", mc)
+    backlog.observe_owner(MINICLUSTER, "ADDED", mc)
     assert backlog.pending("prod") == 2 and backlog.pending("dev") == 0
 
 
 def test_a_minicluster_and_its_job_are_one_gang() -> None:
     backlog = Backlog(Clock())
-    backlog.observe_minicluster("ADDED", stored_minicluster("mc"))
+    backlog.observe_owner(MINICLUSTER, "ADDED", stored_minicluster("mc"))
     assert backlog.pending("prod") == 1
     backlog.observe_job("ADDED", stored_job("mc", owner="mc"))
     assert backlog.pending("prod") == 1
@@ -129,7 +133,7 @@ def test_a_minicluster_and_its_job_are_one_gang() -> None:
     # Its finished Job cleaned up while the MiniCluster stays: still not pending.
     backlog.observe_job("DELETED", stored_job("mc", owner="mc", admitted=True))
     assert backlog.pending("prod") == 0
-    backlog.observe_minicluster("DELETED", stored_minicluster("mc"))
+    backlog.observe_owner(MINICLUSTER, "DELETED", stored_minicluster("mc"))
     assert dict(backlog.depths()) == {}
 
 
@@ -269,7 +273,7 @@ def test_a_dry_run_is_checked_but_not_counted() -> None:
 
 def test_a_relist_drops_the_jobs_it_no_longer_shows() -> None:
     backlog = Backlog(Clock())
-    backlog.observe_minicluster("ADDED", stored_minicluster("mc"))
+    backlog.observe_owner(MINICLUSTER, "ADDED", stored_minicluster("mc"))
     for name in ("a", "b"):
         backlog.observe_job("ADDED", stored_job(name))
     backlog.observe_job("ADDED", stored_job("mc", owner="mc"))

@@ -15,8 +15,8 @@ import pytest
 from admission.cache import Cache
 from admission.status import StatusServer
 from muster.bench import status as bench_status
-from muster.bench.status import PollerProcess, job_body, parse_requests_total
-from policies.phase import is_managed_job
+from muster.bench.status import PollerProcess, parse_requests_total, stamped_job
+from policies.phase import is_managed
 from policies.submitted import parse_stamp
 from policies.vocabulary import SUBMITTED
 
@@ -39,8 +39,8 @@ def test_bad_arguments_exit_2_and_say_why(
 
 
 def test_the_jobs_are_managed_suspended_and_stamped_in_name_order() -> None:
-    bodies = [job_body(bench_status.gang_name(i), "q", i, 10**18) for i in range(3)]
-    assert all(is_managed_job(b) and b["spec"]["suspend"] for b in bodies)
+    bodies = [stamped_job(bench_status.gang_name(i), "q", i, 10**18) for i in range(3)]
+    assert all(is_managed(b) and b["spec"]["suspend"] for b in bodies)
     stamps = [parse_stamp(b["metadata"]["annotations"][SUBMITTED]) for b in bodies]
     assert stamps == sorted(stamps)
     assert [b["metadata"]["name"] for b in bodies] == ["g-00000", "g-00001", "g-00002"]
@@ -71,7 +71,8 @@ def test_request_counter_is_summed_per_verb_and_resource() -> None:
 
 
 def _job(name: str, seq: int) -> dict[str, Any]:
-    body = job_body(name, "q", seq, 10**18)
+    # The bench's own Job (what it creates, under test here) as stored, not tests/builders.py's.
+    body = stamped_job(name, "q", seq, 10**18)
     metadata = body["metadata"]
     metadata.update(namespace="ns", uid=f"uid-{name}", resourceVersion=str(seq + 1))
     return body
@@ -110,7 +111,7 @@ def test_pollers_hold_answer_probes_and_wake_on_a_change_and_a_deletion(
         pollers.send({"cmd": "probe", "count": 5, "over": 0.1})
         assert len(pollers.expect("probed", 30)["latencies"]) == 5
         # A change of the gang's version wakes its poller, which then holds again.
-        loop.call_soon_threadsafe(cache.touch, gangs[0])
+        loop.call_soon_threadsafe(cache.status.touch, gangs[0])
         wake = pollers.wakes.get(timeout=10)
         assert (wake["gang"], wake["status"], wake["state"]) == (gangs[0], 200, "Pending")
         # A deleted Job answers 404, and that poller is done.

@@ -16,6 +16,13 @@ from policies.vocabulary import EVICTED_REASON, PREEMPTED_BY, PREEMPTIONS
 from tests.unit.test_cli_view import NOW, listing, served
 
 
+def _status(name: str) -> dict[str, Any]:
+    cache = plan_listing(listing(), now=NOW).cache
+    body = gang_status(cache, f"ns/{name}", NOW)
+    assert body is not None
+    return body
+
+
 def _explain(name: str, holders: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     cache = plan_listing(listing(), now=NOW).cache
     body = gang_status(cache, f"ns/{name}", NOW)
@@ -40,6 +47,8 @@ def test_never_fits_says_waiting_will_not_help() -> None:
     assert out["changes"][0].startswith("no gang finishing makes room for it")
     assert "raise queue a's quota" in out["changes"][0]
     assert out["changes"][1] == "to remove it: kubectl delete job -n ns huge"
+    as_jobset = changes_for({**_status("huge"), "kind": "JobSet"}, None, None, None)
+    assert as_jobset[1] == "to remove it: kubectl delete jobset -n ns huge"
 
 
 def test_queue_not_found_says_how_to_create_it() -> None:

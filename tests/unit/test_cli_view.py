@@ -1,7 +1,7 @@
 """The read-only view behind `muster queues|status|explain`: the controller's cache and planner
 run on a listing, the real status service serving that cache, and the CLI reading either one.
 
-The listing below is what `admission.controller.list_everything` returns, as plain API objects;
+The listing below is what `admission.listing.list_everything` returns, as plain API objects;
 other test_cli_* modules import it so every formatter is tested on a real plan's output.
 """
 
@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 
 from admission.cache import Cache
-from admission.gangs import format_admitted
 from admission.status import StatusServer, gang_status, queue_status
 from muster import cli
 from muster.view import (
@@ -34,10 +33,11 @@ from muster.view import (
     plan_listing,
 )
 from policies import reasons
-from policies.submitted import format_stamp
+from policies.kinds.reading import format_admitted
+from policies.vocabulary import ADMITTED, QUEUE, SUBMITTED
+from tests import builders
 
 NOW = 1_800_000_000.0
-KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 
 
 def node(name: str, cpu: str = "8") -> dict[str, Any]:
@@ -64,35 +64,22 @@ def job(
     ready: int = 0,
     namespace: str = "ns",
 ) -> dict[str, Any]:
-    annotations = {
-        "muster.dev/queue": queue_name,
-        "muster.dev/submitted": format_stamp(int(NOW - 600) * 10**9 + seq, seq),
-    }
+    annotations = {QUEUE: queue_name, SUBMITTED: builders.stamp(seq, NOW - 600)}
     if admitted is not None:
-        annotations["muster.dev/admitted"] = format_admitted(NOW - 300, admitted)
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": f"uid-{name}",
-            "resourceVersion": str(10 + seq),
-            "labels": {"muster.dev/queue": queue_name},
-            "annotations": annotations,
-        },
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "suspend": admitted is None,
-            "template": {
-                "metadata": {"labels": {"muster.dev/gang": name}},
-                "spec": {
-                    "tolerations": [KWOK_TOLERATION],
-                    "containers": [{"name": "m", "resources": {"requests": {"cpu": cpu}}}],
-                },
-            },
-        },
-        "status": {"ready": ready},
-    }
+        annotations[ADMITTED] = format_admitted(NOW - 300, admitted)
+    return builders.job(
+        name,
+        queue_name,
+        namespace=namespace,
+        pods=pods,
+        cpu=cpu,
+        suspend=admitted is None,
+        runtime=None,
+        annotations=annotations,
+        gang_label=True,
+        resource_version=10 + seq,
+        status={"ready": ready},
+    )
 
 
 def pod(name: str, gang: str, node_name: str, cpu: str) -> dict[str, Any]:
@@ -138,20 +125,22 @@ def listing() -> Listing:
 def test_the_plan_gives_the_planners_own_reasons() -> None:
     planned = plan_listing(listing(), now=NOW)
     cache = planned.cache
-    assert cache.reasons["ns/second"] == reasons.quota_exhausted("a", "cpu", 2000, 0)
-    assert cache.reasons["ns/third"] == reasons.quota_exhausted("a", "cpu", 1000, 0)
-    assert cache.reasons["ns/huge"] == reasons.never_fits_quota("a", "cpu", 20_000, 16_000)
-    assert cache.reasons["ns/lost"] == reasons.queue_not_found("nope", ("a", "b", "c"), False)
-    assert "ns/huge" in cache.rejected
+    assert cache.status.reasons["ns/second"] == reasons.quota_exhausted("a", "cpu", 2000, 0)
+    assert cache.status.reasons["ns/third"] == reasons.quota_exhausted("a", "cpu", 1000, 0)
+    assert cache.status.reasons["ns/huge"] == reasons.never_fits_quota("a", "cpu", 20_000, 16_000)
+    assert cache.status.reasons["ns/lost"] == reasons.queue_not_found(
+        "nope", ("a", "b", "c"), False
+    )
+    assert "ns/huge" in cache.status.rejected
     assert planned.admit_now == {"ns/ok": 1}
-    assert "ns/ok" not in cache.reasons
+    assert "ns/ok" not in cache.status.reasons
 
 
 def test_positions_follow_submission_within_each_queue() -> None:
     cache = plan_listing(listing(), now=NOW).cache
-    assert [cache.positions[f"ns/{n}"] for n in ("second", "third", "huge")] == [1, 2, 3]
-    assert cache.positions["ns/ok"] == 1
-    assert "ns/first" not in cache.positions  # admitted gangs have no place in line
+    assert [cache.status.positions[f"ns/{n}"] for n in ("second", "third", "huge")] == [1, 2, 3]
+    assert cache.status.positions["ns/ok"] == 1
+    assert "ns/first" not in cache.status.positions  # admitted gangs have no place in line
 
 
 def test_an_admitted_gang_with_its_minimum_ready_counts_as_running() -> None:

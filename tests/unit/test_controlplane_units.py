@@ -10,7 +10,10 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from simulator.controlplane import build, versions
-from simulator.controlplane.cluster import NodeShape, free_ports
+from simulator.controlplane.cluster import LocalCluster
+from simulator.controlplane.components import API_ONLY, free_ports
+from simulator.controlplane.errors import ClusterError
+from simulator.controlplane.nodes import NodeShape
 from simulator.controlplane.pki import create_cluster_pki
 
 
@@ -36,7 +39,7 @@ def test_ldflags_stamp_the_version() -> None:
 
 def test_missing_go_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(build.BuildError, match=r"go not found on PATH.*install Go >= 1\.25"):
+    with pytest.raises(build.BuildError, match=r"go not found on PATH.*install Go >= 1\.26"):
         build.check_go()
 
 
@@ -147,6 +150,21 @@ def test_pki_certificates_have_the_names_components_check(tmp_path: Path) -> Non
     assert os.stat(pki.admin.key).st_mode & 0o077 == 0
 
 
+def test_a_cluster_runs_a_subset_only_with_etcd_and_the_apiserver(tmp_path: Path) -> None:
+    assert LocalCluster("a", tmp_path, components=API_ONLY).components == API_ONLY
+    with pytest.raises(ClusterError, match="missing etcd"):
+        LocalCluster("b", tmp_path, components=("kube-apiserver", "kwok"))
+    with pytest.raises(ClusterError, match="unknown kubelet"):
+        LocalCluster("c", tmp_path, components=(*API_ONLY, "kubelet"))
+
+
+def test_kwok_nodes_are_refused_before_anything_starts_without_kwok(tmp_path: Path) -> None:
+    cluster = LocalCluster("d", tmp_path, components=API_ONLY)
+    with pytest.raises(ClusterError, match="kwok nodes need kwok"):
+        cluster.up(nodes=2)
+    assert not cluster.state_dir.exists()
+
+
 def test_free_ports_are_distinct_loopback_ports() -> None:
     ports = free_ports(6)
     assert len(set(ports)) == 6
@@ -169,7 +187,7 @@ def test_api_errors_with_plain_text_bodies_are_api_errors() -> None:
     import ssl
     import threading
 
-    from admission.kubeapi import ApiError, Credentials, KubeClient
+    from kubeport.kubeapi import ApiError, Credentials, KubeClient
     from webhook.tls import create_webhook_tls
 
     class Handler(http.server.BaseHTTPRequestHandler):

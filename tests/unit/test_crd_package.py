@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from admission.crd import QUEUE_CRD_FILE, queue_crd, queue_crd_text
+from admission.crd import CRD_FILES, QUEUE_CRD_FILE, gang_record_crd, queue_crd, queue_crd_text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -16,6 +16,19 @@ def test_packaged_queue_crd_equals_the_manifest() -> None:
         f"admission/crd/{QUEUE_CRD_FILE} and {manifest.relative_to(REPO)} differ: "
         f"edit one and copy it over the other"
     )
+
+
+def test_every_packaged_crd_equals_its_manifest() -> None:
+    for name in CRD_FILES:
+        packaged = (REPO / "admission" / "crd" / name).read_text(encoding="utf-8")
+        assert packaged == (REPO / "manifests" / "crd" / name).read_text(encoding="utf-8"), name
+
+
+def test_packaged_gang_record_crd_is_namespaced() -> None:
+    crd = gang_record_crd()
+    assert crd["metadata"]["name"] == "gangrecords.muster.dev"
+    assert crd["spec"]["names"]["kind"] == "GangRecord"
+    assert crd["spec"]["scope"] == "Namespaced"
 
 
 def test_packaged_queue_crd_is_the_queue_kind() -> None:

@@ -1,4 +1,4 @@
-"""Credentials from the official `kubernetes` loaders (admission/credentials.py), without a
+"""Credentials from the official `kubernetes` loaders (kubeport/credentials.py), without a
 cluster: which kubeconfig and context are used, token files and exec plugins and their renewal,
 the in-cluster service account, kopf's login, and the messages for what admins get wrong.
 
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from admission import credentials as credentials_module
-from admission.access import ROLE_GRANTS, forbidden, granting_role, target_of
-from admission.credentials import (
+from kubeport import credentials as credentials_module
+from kubeport.access import ROLE_GRANTS, forbidden, granting_role, target_of
+from kubeport.credentials import (
     Credentials,
     InClusterSource,
     KubeconfigError,

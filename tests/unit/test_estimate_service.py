@@ -10,11 +10,11 @@ from typing import Any
 
 from admission.cache import Cache
 from admission.estimates import EstimateRefresher, estimate_body, refresh_now
-from admission.gangs import format_time
 from admission.status import gang_status
 from muster.commands.explain import explain, render
 from muster.commands.status import estimate_text, status_lines
 from muster.view import Listing, plan_listing
+from policies.kinds.reading import format_time
 from tests.unit.test_cli_view import NOW, job, listing
 
 
@@ -116,13 +116,13 @@ def test_a_gang_the_plan_admits_now_is_estimated_now() -> None:
 
 def test_not_estimated_yet_says_so() -> None:
     cache = plan_listing(listing(), now=NOW).cache
-    cache.estimates = {}
+    cache.status.estimates = {}
     assert estimate_body(cache, "ns/second", NOW)["unknown"].startswith("not estimated yet")
 
 
 def test_the_refresher_fills_the_cache_in_the_background() -> None:
     cache = plan_listing(_deadline_listing(), now=NOW).cache
-    cache.estimates, cache.estimated_at = {}, None
+    cache.status.estimates, cache.status.estimated_at = {}, None
 
     switch = sys.getswitchinterval()
 
@@ -138,8 +138,8 @@ def test_the_refresher_fills_the_cache_in_the_background() -> None:
 
     asyncio.run(go())
     assert sys.getswitchinterval() == switch  # restored
-    assert cache.estimated_at is not None
-    assert cache.estimates["ns/second"].start == NOW + 600
+    assert cache.status.estimated_at is not None
+    assert cache.status.estimates["ns/second"].start == NOW + 600
 
 
 def test_an_unchanged_cache_is_estimated_again_only_after_unchanged_every() -> None:
@@ -159,7 +159,7 @@ def test_an_unchanged_cache_is_estimated_again_only_after_unchanged_every() -> N
 
         assert await poked()
         assert not await poked()  # nothing changed: the estimates stand
-        cache.touch("ns/second")  # a gang's visible state changed
+        cache.status.touch("ns/second")  # a gang's visible state changed
         assert await poked()
         assert not await poked()
         refresher._last -= 60.0  # a minute later, still nothing changed: time passing counts
@@ -172,4 +172,4 @@ def test_an_unchanged_cache_is_estimated_again_only_after_unchanged_every() -> N
 def test_refresh_now_without_waiting_gangs_is_empty() -> None:
     cache = Cache()
     refresh_now(cache, NOW, "drf")
-    assert cache.estimates == {} and cache.estimated_at == NOW
+    assert cache.status.estimates == {} and cache.status.estimated_at == NOW

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("admission", "webhook", "policies", "simulator", "muster")
+PACKAGES = ("admission", "webhook", "kubeport", "policies", "simulator", "muster")
 MAX_LINES = 80
 MARKER = "Long because"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from admission.kubeapi import Credentials, KubeClient
+from kubeport.kubeapi import Credentials, KubeClient
 from simulator.controlplane.gangrun import GangRunner
 
 KEY = ("ns", "g")

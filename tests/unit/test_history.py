@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from admission.cache import Cache
-from admission.gangs import format_time
 from admission.history import GangHistory
 from admission.status import history_body
 from muster import cli
 from policies import Resources
 from policies.history import COLUMNS, HistoryRow, format_requests, to_csv
+from policies.kinds.reading import format_time
 from simulator.trace import TraceError, load_jobs_csv, read_jobs_csv
 from tests.unit.test_cli_view import NOW, job, pod, served
 
@@ -133,7 +133,7 @@ def test_a_gang_ends_when_its_last_pod_ends(monkeypatch: pytest.MonkeyPatch) -> 
     gone = _finished(body, NOW + 62)
     gone["metadata"]["resourceVersion"] = "999"
     cache.apply_job("DELETED", gone)
-    assert cache.pods_ended == {} and len(cache.history) == 1
+    assert cache.pods.ended == {} and len(cache.history) == 1
 
 
 def test_a_restarted_controller_rebuilds_rows_from_the_objects() -> None:

@@ -2,8 +2,8 @@
 
 At 10,000 waiting gangs a cycle on the event loop held the status service's answers back for
 tens of milliseconds every 2 s even when nothing had changed. The cycle now recomputes queue
-positions and publishes queue status only when a gang's visible state (`Cache.version`), the
-queues or the nodes moved. These cases pin that a change still shows at once, that a status
+positions and publishes queue status only when a gang's visible state (`StatusView.version`),
+the queues or the nodes moved. These cases pin that a change still shows at once, that a status
 write held back by `status_interval` still goes out, and that the clog detector passes at
 most once a second. The writer is a recorder: nothing here talks to a cluster (the real
 controller against a real apiserver is tests/cluster/)."""
@@ -15,35 +15,30 @@ from collections.abc import Callable
 from typing import Any
 
 from admission.cache import Cache
-from admission.loop import CLOG_CHECK_EVERY, Controller, ControllerSettings
+from admission.detectors import CLOG_CHECK_EVERY
+from admission.loop import Controller
 from admission.metrics import ControllerMetrics
+from admission.settings import ControllerSettings
 from admission.writes import Writer
-from policies.submitted import format_stamp
-from policies.vocabulary import PRIORITY, QUEUE, SUBMITTED
+from policies.vocabulary import PRIORITY, SUBMITTED
+from tests import builders
 
 NOW = 1_800_000_000.0
 
 
 def job(name: str, seq: int, cpu: str = "1") -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "uid": f"uid-{name}",
-            "resourceVersion": str(100 + seq),
-            "labels": {QUEUE: "q"},
-            "annotations": {SUBMITTED: format_stamp(int(NOW) * 10**9 + seq, seq)},
-        },
-        "spec": {
-            "parallelism": 1,
-            "completions": 1,
-            "suspend": True,
-            "template": {
-                "spec": {"containers": [{"name": "m", "resources": {"requests": {"cpu": cpu}}}]}
-            },
-        },
-        "status": {},
-    }
+    """A stored one-pod gang of queue q, suspended, stamped `seq` at NOW."""
+    return builders.job(
+        name,
+        "q",
+        namespace="ns",
+        suspend=True,
+        cpu=cpu,
+        runtime=None,
+        tolerations=(),
+        annotations={SUBMITTED: builders.stamp(seq, NOW)},
+        resource_version=100 + seq,
+    )
 
 
 class Recorder:
@@ -103,24 +98,24 @@ def test_positions_follow_changes_and_idle_cycles_leave_them() -> None:
         await made.cycle()
         await settle(made)
         # "a" fits the 1-cpu quota and is admitted; b and c wait, in submission order.
-        assert cache.positions == {"ns/b": 1, "ns/c": 2}
-        held = cache.positions
-        made._positions_at = 0.0  # as if long ago: only the unchanged state holds them now
+        assert cache.status.positions == {"ns/b": 1, "ns/c": 2}
+        held = cache.status.positions
+        made.reasons._positions_at = 0.0  # as if long ago: only the unchanged state holds them now
         await made.cycle()
-        assert cache.positions is held
+        assert cache.status.positions is held
         # A new waiting gang has a place in the very next cycle.
         cache.apply_job("ADDED", job("d", 3))
         await made.cycle()
-        assert cache.positions == {"ns/b": 1, "ns/c": 2, "ns/d": 3}
+        assert cache.status.positions == {"ns/b": 1, "ns/c": 2, "ns/d": 3}
         # A visible change that keeps the waiting set (c's priority) moves the places once a
         # second has passed since they were last worked out.
         urgent = job("c", 2)
         urgent["metadata"]["resourceVersion"] = "200"
         urgent["metadata"]["annotations"][PRIORITY] = "10"
         cache.apply_job("MODIFIED", urgent)
-        made._positions_at = 0.0
+        made.reasons._positions_at = 0.0
         await made.cycle()
-        assert cache.positions == {"ns/c": 1, "ns/b": 2, "ns/d": 3}
+        assert cache.status.positions == {"ns/c": 1, "ns/b": 2, "ns/d": 3}
 
     asyncio.run(run())
 
@@ -133,18 +128,21 @@ def test_a_status_held_back_by_the_interval_is_written_though_nothing_changes() 
         await settle(made)
         assert len(recorder.status_writes()) == 1  # the first status goes out at once
         cache.apply_job("ADDED", job("b", 1))
-        made._published_at = 0.0  # a second later
+        made.publisher._published_at = 0.0  # a second later
         await made.cycle()
         await settle(made)
         # b waits: the queue's status changed, but within the 60 s interval: held back.
         assert len(recorder.status_writes()) == 1
-        made._published_at = 0.0
-        made._status_written["q"] = (0.0, made._status_written["q"][1])  # the interval passed
+        made.publisher._published_at = 0.0
+        made.publisher._status_written["q"] = (
+            0.0,
+            made.publisher._status_written["q"][1],
+        )  # the interval passed
         await made.cycle()  # nothing changed in the cache since the last cycle
         await settle(made)
         writes = recorder.status_writes()
         assert len(writes) == 2 and writes[-1][1]["pending"] == 1
-        made._published_at = 0.0
+        made.publisher._published_at = 0.0
         await made.cycle()  # written, nothing changed: nothing more to write
         await settle(made)
         assert len(recorder.status_writes()) == 2
@@ -160,14 +158,14 @@ def test_the_clog_detector_passes_at_most_once_a_second() -> None:
         await settle(made)
         record = cache.jobs["ns/a"]
         assert record.admitted_at is not None and not record.reached_min
-        first = made._clogs_at + CLOG_CHECK_EVERY
-        made._detect_clogs(first)
+        first = made.clogs.checked_at + CLOG_CHECK_EVERY
+        made.clogs.detect(first)
         assert record.advanced_at == first  # not started: the clock notes the check
-        made._detect_clogs(first + CLOG_CHECK_EVERY / 2)
-        assert record.advanced_at == first and made._clogs_at == first
-        made._detect_clogs(first + CLOG_CHECK_EVERY)
+        made.clogs.detect(first + CLOG_CHECK_EVERY / 2)
+        assert record.advanced_at == first and made.clogs.checked_at == first
+        made.clogs.detect(first + CLOG_CHECK_EVERY)
         assert record.advanced_at == first + CLOG_CHECK_EVERY
-        made._detect_clogs(first - 5.0)  # the wall clock stepped back: look again at once
-        assert made._clogs_at == first - 5.0 and record.advanced_at == first - 5.0
+        made.clogs.detect(first - 5.0)  # the wall clock stepped back: look again at once
+        assert made.clogs.checked_at == first - 5.0 and record.advanced_at == first - 5.0
 
     asyncio.run(run())

@@ -19,12 +19,13 @@ import pytest
 from admission.gangs import JobRecord, job_record
 from policies.kinds import JOB, KINDS, MINICLUSTER, Kind, kind_named
 from policies.kinds.fields import pointer
+from policies.topology import TopologyRequest
+from tests import builders
 from webhook.decision import (
     AdmissionRejected,
     Decision,
     WebhookSettings,
-    decide_job,
-    decide_minicluster,
+    decide_create,
 )
 
 STAMP = "2026-11-22T03:05:07.000000001Z/000000000001"
@@ -36,12 +37,28 @@ FIELDS: list[tuple[str, str, Any, str, str]] = [
     ("muster.dev/priority", "7", 7, "top", "'top' is not an integer"),
     ("muster.dev/elastic-after", "2m", 120.0, "later", "'later' is not a"),
     ("muster.dev/clog-timeout", "1h30m", 5400.0, "soon", "'soon' is not a duration"),
+    (
+        "muster.dev/topology-required",
+        "rack",
+        TopologyRequest("rack", True),
+        "rack row",
+        "'rack row' is not a node label key",
+    ),
+    (
+        "muster.dev/topology-preferred",
+        "block",
+        TopologyRequest("block", False),
+        "-x",
+        "'-x' is not a node label key",
+    ),
 ]
 DEFAULTS: dict[str, Any] = {
     "muster.dev/min-members": SIZE,
     "muster.dev/priority": 0,
     "muster.dev/elastic-after": 0.0,
     "muster.dev/clog-timeout": None,
+    "muster.dev/topology-required": None,
+    "muster.dev/topology-preferred": None,
 }
 
 
@@ -52,7 +69,15 @@ def reading(record: JobRecord, key: str) -> Any:
         "muster.dev/priority": record.gang.priority,
         "muster.dev/elastic-after": record.gang.elastic_after,
         "muster.dev/clog-timeout": record.clog_timeout,
+        "muster.dev/topology-required": _topology(record, required=True),
+        "muster.dev/topology-preferred": _topology(record, required=False),
     }[key]
+
+
+def _topology(record: JobRecord, *, required: bool) -> TopologyRequest | None:
+    """The gang's topology request if it is of that kind (one field reads both)."""
+    found = record.gang.topology
+    return found if found is not None and found.required == required else None
 
 
 def merged(body: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,29 +101,24 @@ def stored(body: dict[str, Any]) -> dict[str, Any]:
 def indexed_job(
     name: str, labels: dict[str, str], annotations: dict[str, str], owner: Any = None
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "name": name,
-        "namespace": "team-a",
-        "labels": labels,
-        "annotations": annotations,
-    }
-    if owner:
-        meta["ownerReferences"] = [owner]
-    return {
-        "metadata": meta,
-        "spec": {
-            "parallelism": SIZE,
-            "completions": SIZE,
-            "completionMode": "Indexed",
-            "template": {
-                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
-            },
-        },
-    }
+    """An Indexed Job of SIZE pods of team-a as created, with these labels and annotations."""
+    return builders.job(
+        name,
+        namespace="team-a",
+        pods=SIZE,
+        indexed=True,
+        suspend=None,
+        runtime=None,
+        tolerations=(),
+        labels=labels,
+        annotations=annotations,
+        owner=owner,
+    )
 
 
 def through_webhook_job(body: dict[str, Any], owner_stamp: str | None = None) -> dict[str, Any]:
-    decision = decide_job(
+    decision = decide_create(
+        JOB,
         body,
         namespace="team-a",
         namespace_labels={},
@@ -120,7 +140,8 @@ def job_walk(labels: dict[str, str], annotations: dict[str, str]) -> JobRecord:
 
 def decide_mc(mc: dict[str, Any]) -> Decision:
     """The webhook's decision for a MiniCluster created in team-a (queue gpu exists)."""
-    return decide_minicluster(
+    return decide_create(
+        MINICLUSTER,
         mc,
         namespace="team-a",
         namespace_labels={},
@@ -248,7 +269,7 @@ def test_a_minicluster_gang_is_read_from_the_job_its_operator_makes() -> None:
         "spec": {"size": SIZE, "jobLabels": {"muster.dev/queue": "gpu", "team": "a"}},
     }
     assert MINICLUSTER.queue(mc) == "" and MINICLUSTER.gang_fields(mc)[0] == SIZE
-    job = MINICLUSTER.gang_job(mc)
+    job = MINICLUSTER.gang_object(mc)
     assert job["metadata"]["name"] == "flux-"
     assert job["metadata"]["labels"] == {"muster.dev/queue": "gpu", "team": "a"}
     assert job["metadata"]["annotations"] == {"muster.dev/gang-kind": "MiniCluster"}

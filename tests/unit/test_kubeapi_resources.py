@@ -1,11 +1,11 @@
-"""Typed resources build every API path (admission.kubeapi.Resource): no raw `/apis/...`
+"""Typed resources build every API path (kubeport.kubeapi.Resource): no raw `/apis/...`
 strings in callers."""
 
 from __future__ import annotations
 
 import pytest
 
-from admission import kubeapi
+from kubeport import kubeapi
 
 
 def test_core_and_group_paths() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from policies.kinds import MINICLUSTER
 from policies.vocabulary import QUEUE
 from simulator.controlplane.minicluster import (
     CRD_ENV,
@@ -28,7 +29,7 @@ from simulator.controlplane.minicluster import (
 )
 from simulator.kwok_objects import gang_object
 from simulator.trace import expand, from_dict
-from webhook.decision import WebhookSettings, decide_minicluster
+from webhook.decision import WebhookSettings, decide_create
 
 STAND_IN = minicluster_crd({CRD_ENV: "stand-in"})
 _FOUND = minicluster_crd({})
@@ -430,7 +431,8 @@ def test_the_kwok_engines_miniclusters_and_the_webhooks_patch_keep_every_field(
     assert {b["kind"] for b in bodies} == {"MiniCluster"}
     for body in bodies:
         assert list(problems(schema, body)) == [], body["metadata"]["name"]
-        decision = decide_minicluster(
+        decision = decide_create(
+            MINICLUSTER,
             body,
             namespace="ns",
             namespace_labels={},

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from admission.kubeapi import parse_warning
+from kubeport.kubeapi import parse_warning
+from policies.kinds import JOB
 from policies.model import PolicyError
 from policies.queuespec import parse_queue
 from policies.vocabulary import (
@@ -22,6 +23,7 @@ from policies.vocabulary import (
     RESTORE,
     SUBMITTED,
 )
+from tests import builders
 from webhook.configuration import JOB_PATH, MINICLUSTER_PATH
 from webhook.decision import WebhookSettings
 from webhook.handlers import set_queue
@@ -48,21 +50,18 @@ def node(name: str, cpu: str = "4", **spec: Any) -> dict[str, Any]:
 
 
 def job(queue_name: str, pods: int, cpu: str = "1", **labels: str) -> dict[str, Any]:
-    container = {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": "train",
-            "namespace": "team-a",
-            "labels": {"muster.dev/queue": queue_name, **labels},
-        },
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "template": {"spec": {"containers": [container], "restartPolicy": "Never"}},
-        },
-    }
+    """A Job "train" of team-a as created (no spec.suspend: the webhook adds it)."""
+    return builders.job(
+        "train",
+        queue_name,
+        namespace="team-a",
+        pods=pods,
+        cpu=cpu,
+        suspend=None,
+        runtime=None,
+        tolerations=(),
+        labels=labels,
+    )
 
 
 def minicluster(queue_name: str, size: int, cpu: str = "1") -> dict[str, Any]:
@@ -309,9 +308,10 @@ def _body(spec: dict[str, Any], labels: dict[str, str], annotations: dict[str, s
 )
 def test_the_webhooks_gang_reader_reads_the_controllers_gang(body: Any) -> None:
     """`gang_of` (the never-fits screen's reader) is `job_record(...).gang`, field for field."""
-    from admission.gangs import gang_of, job_record
+    from admission.gangs import job_record
+    from policies.kinds.reading import gang_of
 
-    assert gang_of(body) == job_record(body).gang
+    assert gang_of(JOB, body) == job_record(body).gang
 
 
 def test_the_gang_is_read_only_for_a_queue_the_screen_knows(

@@ -1,12 +1,15 @@
-"""The pin, the saved original and the elastic rule, as pure functions (admission/pinning.py,
+"""The pin, the saved original and the elastic rule, as pure functions (policies/kinds/pinning.py,
 policies/elastic.py), and the planner honouring a gang's required node affinity."""
 
 from __future__ import annotations
 
 import pytest
 
-from admission.gangs import job_record, node_terms
-from admission.pinning import (
+from admission.gangs import job_record
+from policies import plan
+from policies.elastic import elastic_problem
+from policies.kinds import JOB
+from policies.kinds.pinning import (
     HOSTNAME,
     NAME_PIN_TERMS,
     NODE_NAME,
@@ -14,12 +17,10 @@ from admission.pinning import (
     Original,
     PinError,
     decode_placement,
-    elastic_fields,
     encode_placement,
     pinned_affinity,
 )
-from policies import plan
-from policies.elastic import elastic_problem
+from policies.kinds.podtemplate import node_terms
 from policies.model import Gang, Node, Queue, QueueTree, Snapshot, node_affinity_holds
 from policies.resources import Resources
 
@@ -112,9 +113,9 @@ def test_the_original_round_trips_and_bad_values_say_what_is_wrong() -> None:
             "spec": {"affinity": {"nodeAffinity": {}}, "schedulingGates": [{"name": "x"}]}
         },
     }
-    original = Original.of(spec)
+    original = JOB.original(spec)
     assert Original.decode(original.encode(), "r") == original
-    assert original.gated() == [{"name": "x"}, {"name": PLACEMENT_GATE}]
+    assert original.template("").gated() == [{"name": "x"}, {"name": PLACEMENT_GATE}]
     with pytest.raises(PinError, match="r: not JSON"):
         Original.decode("{", "r")
     with pytest.raises(PinError, match="parallelism and completions must be integers"):
@@ -122,18 +123,20 @@ def test_the_original_round_trips_and_bad_values_say_what_is_wrong() -> None:
 
 
 def test_placement_round_trips_and_rejects_nonsense() -> None:
-    assert decode_placement(encode_placement({"b": 2, "a": 1}), "p") == {"a": 1, "b": 2}
+    placement = encode_placement({"": {"b": 2, "a": 1}})
+    assert decode_placement(placement, "p") == {"": {"a": 1, "b": 2}}
     with pytest.raises(PinError, match="'a=0' is not node=pods"):
         decode_placement("a=0", "p")
 
 
 def test_elastic_fields_lower_completions_only_for_an_indexed_job_of_equal_completions() -> None:
-    both = Original(parallelism=16, completions=16, affinity=None)
-    assert elastic_fields(both, True, 9) == {"parallelism": 9, "completions": 9}
-    assert elastic_fields(both, False, 9) == {"parallelism": 9}
-    assert elastic_fields(both, True, 16) == {}
-    work_queue = Original(parallelism=4, completions=100, affinity=None)
-    assert elastic_fields(work_queue, True, 2) == {"parallelism": 2}
+    indexed = {"completionMode": "Indexed"}
+    both = JOB.original({"parallelism": 16, "completions": 16})
+    assert JOB.resize(both, indexed, 9) == {"/spec/parallelism": 9, "/spec/completions": 9}
+    assert JOB.resize(both, {}, 9) == {"/spec/parallelism": 9}
+    assert JOB.resize(both, indexed, 16) == {}
+    work_queue = JOB.original({"parallelism": 4, "completions": 100})
+    assert JOB.resize(work_queue, indexed, 2) == {"/spec/parallelism": 2}
 
 
 def test_a_nonindexed_job_with_completions_cannot_be_elastic() -> None:
@@ -202,7 +205,7 @@ def test_the_planner_places_a_gang_only_where_its_required_affinity_holds() -> N
 
 
 def test_a_pinned_job_reads_its_own_affinity_and_size_from_the_saved_original() -> None:
-    original = Original(parallelism=4, completions=4, affinity=None)
+    original = JOB.original({"parallelism": 4, "completions": 4})
     body = {
         "metadata": {
             "name": "j",
@@ -234,4 +237,4 @@ def test_a_pinned_job_reads_its_own_affinity_and_size_from_the_saved_original() 
     assert record.parse_error is None, record.parse_error
     assert record.gang.size == 4 and record.gang.min == 2
     assert record.gang.node_terms == ()  # the pin is not the user's affinity
-    assert record.pinned == {"n1": 2} and record.started and record.indexed
+    assert record.pinned == {"": {"n1": 2}} and record.started

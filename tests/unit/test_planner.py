@@ -25,7 +25,7 @@ from policies import (
     Toleration,
     plan,
 )
-from policies.planner import PARTIAL_HOLD_AFTER, STARVATION_AFTER
+from policies.reservation import PARTIAL_HOLD_AFTER, STARVATION_AFTER
 
 GIB = 2**30
 CPU = 1000  # one core in millicores

@@ -6,6 +6,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
 from policies import AdmittedGang, Gang, Queue, QueueTree, Resources, Snapshot, plan
 from policies.model import Preemption
 from tests.unit.test_planner import CPU, admitted_ids, cluster, gang, run
@@ -198,3 +201,54 @@ def test_a_later_preemptor_sees_the_shares_earlier_preemptors_left() -> None:
     assert sorted(decisions.preempted) == ["ns/a1", "ns/b0"]
     assert "preempted by ns/wide " in decisions.preempted["ns/a1"].message
     assert "preempted by ns/one " in decisions.preempted["ns/b0"].message
+
+
+def _linear(ground, gang, fit, queue, candidates):  # type: ignore[no-untyped-def]
+    """The scan the bisection replaced: one try per run of candidates, shortest first."""
+    from policies.preemption import _fits
+
+    chosen = []
+    for victim in candidates:
+        chosen.append(victim)
+        fitted = _fits(ground, gang, fit, queue, chosen)
+        if fitted is not None:
+            return chosen, fitted
+    return [], None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    victims=st.lists(
+        st.tuples(st.integers(0, 5), st.sampled_from([1, 2, 4]), st.integers(1, 3)),
+        min_size=1,
+        max_size=14,
+    ),
+    wants=st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(1, 6)),
+)
+def test_the_bisection_picks_the_victims_the_linear_scan_picks(
+    victims: list[tuple[int, int, int]], wants: tuple[int, int]
+) -> None:
+    import policies.preemption as preemption
+
+    nodes = cluster(6, cpu=8)
+    room = {f"n{i}": 8 for i in range(6)}
+    admitted = []
+    for k, (node, cpu, pods) in enumerate(victims):
+        name = f"n{node}"
+        pods = min(pods, room[name] // cpu)
+        if pods:
+            room[name] -= cpu * pods
+            admitted.append(held(gang(f"v{k}", cpu, pods, queue="a", t=k), {name: pods}))
+    tree = cohort(Preemption(reclaim_within_cohort="Any"))
+    pending = [gang("wants", wants[0], wants[1], queue="b", t=100)]
+    fast = run(pending, tree, nodes=nodes, admitted=admitted)
+    original = preemption._fewest_first
+    preemption._fewest_first = _linear
+    try:
+        slow = run(pending, tree, nodes=nodes, admitted=admitted)
+    finally:
+        preemption._fewest_first = original
+    event(f"preempted: {len(fast.preempted)}")
+    assert fast.preempted == slow.preempted
+    assert admitted_ids(fast) == admitted_ids(slow)
+    assert [a.placement for a in fast.admitted] == [a.placement for a in slow.admitted]

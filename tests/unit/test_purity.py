@@ -14,7 +14,8 @@ from tests.unit.test_policies import _snapshot
 plan(_snapshot())
 bad = sorted(
     m for m in sys.modules
-    if m.split(".")[0] in {"kopf", "kubernetes", "aiohttp", "admission", "webhook", "simulator"}
+    if m.split(".")[0]
+    in {"kopf", "kubernetes", "aiohttp", "admission", "webhook", "kubeport", "simulator"}
 )
 print(",".join(bad))
 """

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from admission.cache import Cache
-from admission.gangs import queue_from
 from policies import Backoff, PolicyError, Resources, SizeRatio
+from policies.objects import queue_from
 from policies.queuespec import parse_queue
 from simulator.trace import TraceError, from_dict
 
@@ -148,3 +148,33 @@ def test_a_trace_reads_its_queues_with_it() -> None:
         from_dict(_trace({"weight": -1}))
     with pytest.raises(TraceError, match=r"^queues\[0\] \(q\): unknown field 'namespaceSelector'"):
         from_dict(_trace({"namespaceSelector": {}}))
+
+
+def test_a_status_only_queue_event_changes_nothing_the_planner_reads() -> None:
+    """muster's own Queue status writes come back through the watch: same spec, no rebuild (the
+    tree stays the same object, so the planner's feed does not re-read the queues), and the
+    controller is not woken; a spec change rebuilds; a delete and re-create with the same spec
+    is applied again."""
+    cache = Cache()
+    body: dict[str, Any] = {
+        "metadata": {"name": "q", "resourceVersion": "1"},
+        "spec": {"nominal": {"cpu": "8"}},
+    }
+    cache.apply_queue("ADDED", body)
+    tree = cache.queues.tree
+    cache.changed.clear()
+    status = {**body, "metadata": {"name": "q", "resourceVersion": "2"}, "status": {"pending": 3}}
+    cache.apply_queue("MODIFIED", status)
+    assert cache.queues.tree is tree and not cache.changed.is_set()
+    grown = {**status, "metadata": {"name": "q", "resourceVersion": "3"}}
+    grown["spec"] = {"nominal": {"cpu": "16"}}
+    cache.apply_queue("MODIFIED", grown)
+    assert cache.queues.tree is not tree and cache.changed.is_set()
+    parsed = cache.queues["q"].queue
+    assert parsed is not None and parsed.nominal is not None
+    assert parsed.nominal["cpu"] == 16000
+    cache.apply_queue("DELETED", {**grown, "metadata": {"name": "q", "resourceVersion": "4"}})
+    assert "q" not in cache.queues
+    cache.apply_queue("ADDED", {**grown, "metadata": {"name": "q", "resourceVersion": "5"}})
+    assert "q" in cache.queues and cache.queues.tree is not None
+    assert "q" in cache.queues.tree

@@ -112,11 +112,11 @@ def test_cache_refuses_gangs_from_namespaces_the_queue_does_not_take() -> None:
     assert refused["ns/g"].code == "NamespaceNotAllowed"
     assert 'namespace "ns" does not match' in refused["ns/g"].message
     assert "team=a" in refused["ns/g"].message
-    assert cache.pending_gangs(0.0, refused) == []
+    assert cache.jobs.pending(0.0, refused) == []
     # Relabel the namespace: the gang may use the queue now.
     cache.apply_namespace("MODIFIED", namespace("ns", {"team": "a"}, rv="2"))
     assert cache.namespace_refusals() == {}
-    assert [g.id for g in cache.pending_gangs(0.0, {})] == ["ns/g"]
+    assert [g.id for g in cache.jobs.pending(0.0, {})] == ["ns/g"]
 
 
 def test_queue_without_selector_takes_every_namespace() -> None:

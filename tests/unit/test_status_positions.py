@@ -10,32 +10,27 @@ from collections.abc import Callable
 from typing import Any
 
 from admission.cache import Cache
-from admission.gangs import format_admitted
 from admission.status import queue_positions
-from policies.submitted import format_stamp
+from policies.kinds.reading import format_admitted
 from policies.vocabulary import PRIORITY, QUEUE, SUBMITTED
+from tests import builders
 
 NOW = 1_800_000_000.0
 
 
 def job(name: str, queue: str, seq: int, **annotations: str) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "uid": f"uid-{name}",
-            "resourceVersion": str(seq + 1),
-            "labels": {QUEUE: queue},
-            "annotations": {SUBMITTED: format_stamp(int(NOW) * 10**9 + seq, seq), **annotations},
-        },
-        "spec": {
-            "parallelism": 1,
-            "completions": 1,
-            "suspend": True,
-            "template": {"spec": {"containers": [{"name": "m"}]}},
-        },
-        "status": {},
-    }
+    """A stored one-pod gang, suspended, stamped `seq` at NOW, with `annotations` besides."""
+    return builders.job(
+        name,
+        queue,
+        namespace="ns",
+        suspend=True,
+        cpu=None,
+        runtime=None,
+        tolerations=(),
+        annotations={SUBMITTED: builders.stamp(seq, NOW), **annotations},
+        resource_version=seq + 1,
+    )
 
 
 def test_places_follow_priority_then_submission_per_queue() -> None:
@@ -82,7 +77,7 @@ def test_a_change_the_planner_sees_bumps_the_gangs_version_and_one_it_does_not_d
     cache = Cache()
     body = job("a1", "a", 1)
     cache.apply_job("ADDED", body)
-    seen = cache.gang_versions["ns/a1"]
+    seen = cache.status.gang_versions["ns/a1"]
     # (A spec change bumps metadata.generation, as the apiserver does.)
     changes: list[Callable[[dict[str, Any]], object]] = [
         lambda b: b["metadata"]["labels"].update({PRIORITY: "5"}),
@@ -97,10 +92,10 @@ def test_a_change_the_planner_sees_bumps_the_gangs_version_and_one_it_does_not_d
         change(body)
         body["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
         cache.apply_job("MODIFIED", body)
-        assert cache.gang_versions["ns/a1"] > seen
+        assert cache.status.gang_versions["ns/a1"] > seen
         assert cache.changed.is_set()
-        seen = cache.gang_versions["ns/a1"]
+        seen = cache.status.gang_versions["ns/a1"]
     body["metadata"]["labels"]["team"] = "x"
     body["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
     cache.apply_job("MODIFIED", body)
-    assert cache.gang_versions["ns/a1"] == seen
+    assert cache.status.gang_versions["ns/a1"] == seen

@@ -1,5 +1,5 @@
 """What one caller of the status service may see (admission/tenancy.py), and the pieces of
-admission/statusauth.py that need no apiserver: the bearer header, the TTL cache, open access."""
+kubeport/statusauth.py that need no apiserver: the bearer header, the TTL cache, open access."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 
 from admission.cache import Cache
 from admission.status import StatusServer, queue_status
-from admission.statusauth import ANONYMOUS, Caller, OpenAccess, TtlCache, bearer_token
 from admission.tenancy import namespaces_named, readable_rows, redact, redact_text
+from kubeport.statusauth import ANONYMOUS, Caller, OpenAccess, TtlCache, bearer_token
 from muster.view import ServiceView, ViewError, plan_listing
 from policies import reasons
 from tests.unit.test_cli_view import NOW, listing
@@ -153,8 +153,8 @@ def served(cache: Cache) -> Iterator[str]:
 
 def test_the_service_answers_a_caller_only_about_what_it_may_read() -> None:
     cache = plan_listing(listing(), now=NOW).cache
-    cache.namespaces.setdefault("team-b", {})
-    cache.reasons["ns/second"] = reasons.reserved_for("team-b/big")
+    cache.queues.namespaces.setdefault("team-b", {})
+    cache.status.reasons["ns/second"] = reasons.reserved_for("team-b/big")
     with served(cache) as url:
         view = ServiceView(url, timeout=5, authorization="Bearer good")
         second = view.gang("ns", "second")

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from muster.commands.run import WebhookChild
+from admission.supervisor import WebhookChild
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 

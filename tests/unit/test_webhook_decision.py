@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from policies.kinds import job_gang_size
+from policies.kinds import JOB, MINICLUSTER, job_gang_size
 from policies.vocabulary import (
     CLOG_TIMEOUT,
     CONTROLLER_WRITTEN,
@@ -14,13 +14,14 @@ from policies.vocabulary import (
     GANG_KIND,
     MIN_MEMBERS,
     PRIORITY,
+    QUEUE,
 )
+from tests import builders
 from webhook.configuration import build_configuration
 from webhook.decision import (
     AdmissionRejected,
     WebhookSettings,
-    decide_job,
-    decide_minicluster,
+    decide_create,
 )
 
 STAMP = "2026-11-22T03:05:07.000000001Z/000000000001"
@@ -36,17 +37,21 @@ def job(
     completions: int | None = None,
     owner: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "team-a"}
-    meta["labels"] = labels if labels is not None else {"muster.dev/queue": "gpu"}
-    meta["annotations"] = annotations or {}
-    if owner:
-        meta["ownerReferences"] = [owner]
-    spec: dict[str, Any] = {"template": {"spec": {}}}
-    if parallelism is not None:
-        spec["parallelism"] = parallelism
-    if completions is not None:
-        spec["completions"] = completions
-    return {"metadata": meta, "spec": spec}
+    """A Job of team-a as created, labelled for queue gpu unless `labels` says otherwise, with
+    only the gang fields given (None: left out)."""
+    return builders.job(
+        name,
+        namespace="team-a",
+        labels=labels if labels is not None else {QUEUE: "gpu"},
+        annotations=annotations or {},
+        pods=parallelism,
+        completions=completions,
+        suspend=None,
+        cpu=None,
+        runtime=None,
+        tolerations=(),
+        owner=owner,
+    )
 
 
 def decide(body: dict[str, Any], **kwargs: Any) -> Any:
@@ -58,7 +63,7 @@ def decide(body: dict[str, Any], **kwargs: Any) -> Any:
         "stamp": STAMP,
     }
     params.update(kwargs)
-    return decide_job(body, **params)
+    return decide_create(JOB, body, **params)
 
 
 def test_labelled_job_is_suspended_and_stamped() -> None:
@@ -226,7 +231,8 @@ def minicluster(size: Any = 4, min_size: Any = None, labels: Any = None) -> dict
 
 
 def decide_mc(body: dict[str, Any]) -> Any:
-    return decide_minicluster(
+    return decide_create(
+        MINICLUSTER,
         body,
         namespace="team-a",
         namespace_labels={},
@@ -344,7 +350,20 @@ def test_configuration_selects_only_what_muster_manages() -> None:
     everything = build_configuration(
         WebhookSettings(manage_jobs_without_queue_name=True), url="https://x"
     )
-    assert all("objectSelector" not in h for h in everything["webhooks"])
+    creates = [h for h in everything["webhooks"] if h["rules"][0]["operations"] == ["CREATE"]]
+    # Every object of the kinds that hold themselves; pods only when they opt into a pod group
+    # (whatever the settings: no other pod is ever sent to muster).
+    pods = [h for h in everything["webhooks"] if h["rules"][0]["resources"] == ["pods"]]
+    assert creates and all("objectSelector" not in h for h in creates if h not in pods)
+    assert [h["objectSelector"] for h in pods] == [
+        {"matchExpressions": [{"key": "muster.dev/pod-group", "operator": "Exists"}]}
+    ]
+    assert [h["rules"][0]["operations"] for h in pods] == [["CREATE"]]
+    (member,) = [h for h in config["webhooks"] if h["rules"][0]["resources"] == ["pods"]]
+    assert member["name"] == "pods-podgroup.muster.dev"
+    assert member["failurePolicy"] == "Fail"
+    assert member["rules"][0]["apiGroups"] == [""] and member["rules"][0]["apiVersions"] == ["v1"]
+    assert member["clientConfig"]["url"].endswith("/muster-podgroup-create")
 
 
 def test_json_patch_touches_only_the_paths_it_sets() -> None:

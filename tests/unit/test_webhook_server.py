@@ -26,7 +26,8 @@ import uvloop
 
 from admission.launcher import free_port
 from policies.submitted import SubmissionClock
-from policies.vocabulary import QUEUE, SUBMITTED
+from policies.vocabulary import SUBMITTED
+from tests import builders
 from webhook import server as server_module
 from webhook.configuration import JOB_PATH
 from webhook.decision import WebhookSettings
@@ -87,15 +88,17 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
 
 
 def _review(name: str, uid: str = "u-1") -> bytes:
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": "team", "labels": {QUEUE: "q"}},
-        "spec": {
-            "parallelism": 2,
-            "template": {"spec": {"containers": [{"name": "m", "image": "x"}]}},
-        },
-    }
+    job = builders.job(
+        name,
+        "q",
+        namespace="team",
+        pods=2,
+        completions=None,
+        suspend=None,
+        cpu=None,
+        runtime=None,
+        tolerations=(),
+    )
     review = {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -278,12 +281,10 @@ def test_stop_closes_open_connections(served: Served) -> None:
 
 
 def test_muster_run_puts_a_webhook_only_process_on_uvloop() -> None:
-    import argparse
-
-    from muster.commands.run import _event_loop
+    from admission.process import event_loop as _event_loop
 
     def loop_of(event_loop: str, no_controller: bool) -> str | None:
-        loop = _event_loop(argparse.Namespace(event_loop=event_loop, no_controller=no_controller))
+        loop = _event_loop(event_loop, webhook_only=no_controller)
         if loop is None:
             return None
         loop.close()

@@ -1,0 +1,150 @@
+"""Trace families (simulator/family.py) and their replay table (simulator/familyrun.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from muster import cli
+from simulator.family import ROLES, FamilySpec, family_document, parse_range
+from simulator.familyrun import P95_SLACK, json_line, judge, seed_of, table
+from simulator.trace import from_dict
+
+SMALL = FamilySpec(nodes=(8, 12), gpu_nodes=(2, 3), window=(300.0, 400.0), load=(0.5, 0.7))
+
+
+def _roles(document: dict[str, Any]) -> list[str]:
+    return [job["name"].split("-")[2] for job in document["jobs"]]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_a_family_trace_is_valid_deterministic_and_has_a_flood_and_big_gangs(seed: int) -> None:
+    document = family_document(SMALL, seed)
+    assert document == family_document(SMALL, seed)
+    trace = from_dict(document, source="test", default_name=document["name"])
+    assert trace.name == f"family-{seed}"
+    kinds = set(_roles(document))
+    assert {"task", "sim"} <= kinds  # a flooding queue and a queue of big gangs, always
+    cpu_nodes = document["cluster"]["nodes"][0]["count"]
+    for job in document["jobs"]:
+        if "-sim-" in job["name"]:
+            assert job["size"] <= round(0.6 * cpu_nodes)
+    leaves = [q for q in document["queues"] if q.get("parent") == "org"]
+    assert 3 <= len(leaves) <= 4
+
+
+def test_seeds_draw_different_traces() -> None:
+    assert family_document(SMALL, 1) != family_document(SMALL, 2)
+    assert set(ROLES) >= {"flood", "big"}
+
+
+def test_half_life_is_set_on_every_queue_only_when_asked() -> None:
+    plain = family_document(SMALL, 3)
+    assert all("fairSharing" not in q for q in plain["queues"])
+    decayed = family_document(FamilySpec(**{**SMALL.as_dict(), "half_life": "10m"}), 3)
+    leaves = [q for q in decayed["queues"] if q.get("parent")]
+    assert all(q["fairSharing"] == {"halfLife": "10m"} for q in leaves)
+    # The same draw otherwise: the option changes nothing but the queues' field.
+    assert decayed["jobs"] == plain["jobs"]
+
+
+def test_parse_range() -> None:
+    assert parse_range("1-50", "--seed-range") == (1, 50)
+    assert parse_range("7", "--seed-range") == (7, 7)
+    for bad in ("x", "5-1", "-1", "1-"):
+        with pytest.raises(ValueError, match="--seed-range"):
+            parse_range(bad, "--seed-range")
+
+
+def _summary(name: str, **figures: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "trace": name,
+        "gangs": 10,
+        "clogs": 0,
+        "stuck_gangs": 0,
+        "failed": 0,
+        "makespan_s": 100.0,
+        "utilization_mean": 0.5,
+        "wait_mean_s": 10.0,
+        "wait_p50_s": 5.0,
+        "wait_p95_s": 20.0,
+        "wait_max_s": 30.0,
+        "fairness_error": 0.01,
+        "queues": {"a": {"wait_p95_s": 20.0}, "b": {"wait_p95_s": 20.0}},
+    }
+    base.update(figures)
+    return base
+
+
+def test_judge_counts_traces_where_muster_is_at_least_as_good_and_names_the_worst() -> None:
+    results = [
+        (_summary("family-1", clogs=3), _summary("family-1")),
+        (
+            _summary("family-2"),
+            _summary(
+                "family-2",
+                utilization_mean=0.4,
+                queues={"a": {"wait_p95_s": 21.0}, "b": {"wait_p95_s": 40.0}},
+            ),
+        ),
+        # none fails a gang: its makespan is not compared
+        (_summary("family-3", failed=1, makespan_s=50.0), _summary("family-3")),
+    ]
+    report = judge(results)
+    rows = {v.row.key: v for v in report.verdicts}
+    assert (rows["clogs"].good, rows["clogs"].compared) == (3, 3)
+    assert (rows["utilization_mean"].good, rows["utilization_mean"].compared) == (2, 3)
+    assert rows["utilization_mean"].worst is not None
+    assert rows["utilization_mean"].worst[1] == "2"
+    assert rows["makespan_s"].compared == 2
+    # queue pairs: 21 within 10% of 20, 40 is not
+    assert (report.pairs, report.pairs_good) == (6, 5)
+    assert report.worst_pair is not None and report.worst_pair[1:3] == ("2", "b")
+    assert report.worst_pair[0] > P95_SLACK
+    line = json_line(report, {"traces": 3})
+    assert line["rows"]["utilization_mean"]["worst_seed"] == "2"
+    assert line["queue_p95_pairs"] == 6
+    assert table(report)[-1][1] == "5/6"
+    assert seed_of("family-12") == "12"
+
+
+def test_family_commands_write_traces_and_replay_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "family"
+    words = ["trace", "family", "--seed-range", "3-4", "--nodes", "8-10", "--out", str(folder)]
+    assert cli.main(words) == 0
+    assert sorted(p.name for p in folder.glob("*.yaml")) == ["family-3.yaml", "family-4.yaml"]
+    capsys.readouterr()
+    out = tmp_path / "out"
+    code = cli.main(
+        ["sim", "--family", str(folder), "--parallel", "1", "--quiet", "--json", "--out", str(out)]
+    )
+    assert code == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["traces"] == 2
+    assert line["rows"]["clogs"]["compared"] == 2
+    document = json.loads((out / "family.json").read_text())
+    assert [t["seed"] for t in document["traces"]] == ["3", "4"]
+    assert (out / "family.csv").read_text().count("\n") == 3
+
+
+def test_family_refuses_a_trace_beside_it(tmp_path: Path) -> None:
+    assert cli.main(["sim", "two-queues", "--family", str(tmp_path)]) == 2
+    assert cli.main(["sim", "--family", str(tmp_path / "missing")]) == 2
+
+
+def test_the_summary_table_has_a_wait_row_per_queue() -> None:
+    from simulator.report import queue_rows
+
+    summaries: dict[str, dict[str, Any]] = {
+        "none": {"queues": {"a": {"wait_p50_s": 1.0, "wait_p95_s": 2500.4, "wait_max_s": None}}},
+        "muster": {"queues": {"a": {"wait_p50_s": 2.0, "wait_p95_s": 3.0, "wait_max_s": 4.0}}},
+    }
+    assert queue_rows(summaries) == [["a wait p50/p95/max (s)", "1 / 2,500 / –", "2 / 3 / 4"]]
