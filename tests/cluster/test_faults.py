@@ -108,7 +108,10 @@ def test_webhook_killed_mid_burst_refuses_creates_then_serves_again(
     """While the webhook is down the apiserver refuses creates in managed namespaces
     (failurePolicy Fail) and stores nothing; `muster run` starts its webhook again by itself."""
     parent = muster.run.pid
-    with Burst(kube, namespace, jobs=600, quota_cpu=QUOTA_CPU) as burst:
+    # Pods of 20 s, not the burst's 1 s: 600 Jobs of 1 s ran at most 199 at a time on CI's
+    # machine, so the quota never bound and "never exceeded" had nothing to check. At 20 s the
+    # quota binds once muster admits 10 gangs a second for 20 s (it admits hundreds a cycle).
+    with Burst(kube, namespace, jobs=600, quota_cpu=QUOTA_CPU, runtime="20s") as burst:
         burst.start()
         burst.wait_created(150)
         child = webhook_pid(muster)
