@@ -1,11 +1,12 @@
 """Shared fixtures. Tests marked `cluster` run against one real local control plane per session.
 
 Set MUSTER_KUBECONFIG to use an existing cluster (it is then left running); otherwise the
-session starts `muster cluster up --nodes 1000` under the name `muster-test`, with the real
-operators whose sources are beside the repository (`--operators available`: the JobSet
-controller, the Flux Operator), and stops it at the end. The binaries are built first if they
-are not cached (`muster cluster build`). The report header says which operators run, and so
-what makes the MiniClusters' Jobs: the real Flux Operator, or muster's stand-in reconciler.
+session starts `muster cluster up --nodes 1000` under the name `muster-test` (or
+$MUSTER_TEST_CLUSTER), with the real operators whose sources are beside the repository
+(`--operators available`: the JobSet controller, the Flux Operator), and stops it at the end.
+The binaries are built first if they are not cached (`muster cluster build`). The report header
+says which operators run, and so what makes the MiniClusters' Jobs: the real Flux Operator, or
+muster's stand-in reconciler.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import pytest
 from admission.launcher import LaunchError, MusterRun, launch
 from kubeport.kubeapi import KubeClient
 
-TEST_CLUSTER = "muster-test"
+TEST_CLUSTER = os.environ.get("MUSTER_TEST_CLUSTER", "muster-test")
+"""The session cluster's name: another worktree's test run on the same machine sets its own."""
 _NAMESPACE_COUNTER = itertools.count()
 TEST_NODES = 1000
 
