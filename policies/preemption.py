@@ -113,13 +113,57 @@ class _Ground:
     """What preemption reads and changes of one plan: its state (read only), its quota through
     `Shares`, and its own copy of the free capacity of the nodes it touched."""
 
-    __slots__ = ("free", "now", "shares", "state")
+    __slots__ = ("_borrowing", "_by_root", "_shares", "free", "now", "shares", "state")
 
     def __init__(self, state: PlanState, shares: Shares, now: float) -> None:
         self.state = state
         self.shares = shares
         self.now = now
         self.free: dict[int, list[int]] = {}  # node id -> free capacity now (nodes touched)
+        self._by_root: dict[str, dict[str, list[AdmittedGang]]] | None = None
+        # A queue's share (over a fit class's resources) and whether it borrows, as the quota
+        # stands: asked of every queue of a tree for every preemptor, they change only when a
+        # preemption is carried out (`changed`).
+        self._shares: dict[tuple[str, tuple[int, ...]], float] = {}
+        self._borrowing: dict[str, bool] = {}
+
+    def changed(self) -> None:
+        """The quota changed (a preemption was carried out): forget the shares read of it."""
+        self._shares.clear()
+        self._borrowing.clear()
+
+    def share(self, leaf: str, fit: FitClass) -> float:
+        """``leaf``'s weighted dominant share over ``fit``'s resources (`Shares.share_of` with
+        no pod more), read once per quota state."""
+        key = (leaf, fit.nonzero)
+        share = self._shares.get(key)
+        if share is None:
+            share = self._shares[key] = self.shares.share_of(leaf, fit, 0)
+        return share
+
+    def borrowing(self, leaf: str) -> bool:
+        """`Shares.borrowing`, read once per quota state."""
+        borrowing = self._borrowing.get(leaf)
+        if borrowing is None:
+            borrowing = self._borrowing[leaf] = self.shares.borrowing(leaf)
+        return borrowing
+
+    def admitted_in(self, root: str) -> Mapping[str, list[AdmittedGang]]:
+        """The admitted gangs of the queues of ``root``'s tree, by leaf queue (built once per
+        preemption pass: the plan's admitted gangs do not change during it). A preemptor then
+        looks at the queues of its own tree, and at a queue's gangs only where some rule can
+        let it preempt them, not at every admitted gang of the cluster."""
+        by_root = self._by_root
+        if by_root is None:
+            by_root = self._by_root = {}
+            tree = self.state.tree
+            queues = tree.queues
+            for admitted in self.state.admitted.values():
+                leaf = admitted.gang.queue
+                if leaf in queues:
+                    by_leaf = by_root.setdefault(tree.root(leaf), {})
+                    by_leaf.setdefault(leaf, []).append(admitted)
+        return by_root.get(root, {})
 
     def free_of(self, n: int) -> list[int]:
         vector = self.free.get(n)
@@ -164,6 +208,7 @@ def preempt(
             if without is not None:
                 chosen, fitted = rest, without
         size, placements = fitted
+        ground.changed()
         for victim in chosen:
             preempted[victim.admitted.gang.id] = reasons.preempted(gang.id, victim.rule)
             shares.give_back(victim.leaf, victim.demand)
@@ -221,42 +266,60 @@ def _candidates(
     mine = shares.share_of(queue.name, fit, gang.size)
     index = state.cluster.index
     ranked: list[tuple[tuple[int, float, float, str], _Victim]] = []
-    shares_of: dict[str, float] = {}
-    for victim in state.admitted.values():
-        other = victim.gang
-        if other.id in admitted_now or other.id in preempted or other.id == gang.id:
-            continue
-        leaf = other.queue
-        owner = queues.get(leaf)
-        if owner is None or tree.root(leaf) != root:
-            continue
-        guard = owner.preemption
-        if (
-            other.preemptions >= guard.protect_after
-            and ground.now - victim.admitted_at < guard.protect_for
-        ):
-            continue
-        share = shares_of.get(leaf)
-        if share is None:
-            share = shares_of[leaf] = shares.share_of(leaf, fit, 0)
-        rule = _rule(shares, rules, gang, other, leaf, queue.name, share, mine, fit)
-        if not rule:
-            continue
-        demand = [(i, amount) for i, amount in state.catalog.demand(other, victim.size) if amount]
-        nodes = [
-            (index[name], state.catalog.vector(requests), pods)
-            for requests, placement in placed_sets(victim)
-            for name, pods in placement.items()
-            if name in index
-        ]
-        key = (other.priority, -other.submitted.time, -share, other.id)
-        ranked.append((key, _Victim(victim, leaf, demand, nodes, rule)))
+    for leaf, admitted in ground.admitted_in(root).items():
+        share = ground.share(leaf, fit)
+        if not _may_reclaim(ground, rules, leaf, queue.name, share, mine, fit):
+            continue  # no rule lets this preemptor take any gang of this queue
+        guard = queues[leaf].preemption
+        for victim in admitted:
+            other = victim.gang
+            if other.id in admitted_now or other.id in preempted or other.id == gang.id:
+                continue
+            if (
+                other.preemptions >= guard.protect_after
+                and ground.now - victim.admitted_at < guard.protect_for
+            ):
+                continue
+            rule = _rule(ground, rules, gang, other, leaf, queue.name, share, mine, fit)
+            if not rule:
+                continue
+            demand = [
+                (i, amount) for i, amount in state.catalog.demand(other, victim.size) if amount
+            ]
+            nodes = [
+                (index[name], state.catalog.vector(requests), pods)
+                for requests, placement in placed_sets(victim)
+                for name, pods in placement.items()
+                if name in index
+            ]
+            key = (other.priority, -other.submitted.time, -share, other.id)
+            ranked.append((key, _Victim(victim, leaf, demand, nodes, rule)))
     ranked.sort(key=lambda item: item[0])
     return [victim for _, victim in ranked]
 
 
+def _may_reclaim(
+    ground: _Ground,
+    rules: Preemption,
+    leaf: str,
+    mine_leaf: str,
+    share: float,
+    mine: float,
+    fit: FitClass,
+) -> bool:
+    """False if `_rule` gives '' for every gang of queue ``leaf`` (what it reads of the queue
+    alone rules them all out); True if it may allow some."""
+    if leaf == mine_leaf:
+        return rules.within_queue == "LowerPriority"
+    if share <= mine:
+        return False
+    if rules.reclaim_within_cohort != "Never" and ground.borrowing(leaf):
+        return True
+    return rules.fair_share == "Reclaim" and ground.shares.above_fair_share(leaf, fit)
+
+
 def _rule(
-    shares: Shares,
+    ground: _Ground,
     rules: Preemption,
     gang: Gang,
     other: Gang,
@@ -274,13 +337,13 @@ def _rule(
         return ""
     if share <= mine:
         return ""
-    borrowing = shares.borrowing(leaf)
+    borrowing = ground.borrowing(leaf)
     lower = other.priority < gang.priority
     if rules.reclaim_within_cohort == "Any" and borrowing:
         return f"reclaimWithinCohort: Any, queue {leaf} borrows"
     if rules.reclaim_within_cohort == "LowerPriority" and borrowing and lower:
         return f"reclaimWithinCohort: LowerPriority, queue {leaf} borrows"
-    if rules.fair_share == "Reclaim" and shares.above_fair_share(leaf, fit):
+    if rules.fair_share == "Reclaim" and ground.shares.above_fair_share(leaf, fit):
         return f"fairShare: Reclaim, queue {leaf} is above its fair share"
     return ""
 

@@ -252,3 +252,24 @@ def test_the_bisection_picks_the_victims_the_linear_scan_picks(
     assert fast.preempted == slow.preempted
     assert admitted_ids(fast) == admitted_ids(slow)
     assert [a.placement for a in fast.admitted] == [a.placement for a in slow.admitted]
+
+
+def test_a_second_preemptor_sees_the_shares_the_first_preemption_left() -> None:
+    # Queue a holds all 32 cpu (share 1.0). b's head (16 cpu: share 0.5 with it) preempts two
+    # of a's gangs, which leaves a at 0.5; c's head then asks the same 16 cpu: a's share is no
+    # longer above c's (0.5 with the gang), so c preempts nothing. (Shares read before the
+    # first preemption and kept would let c preempt a's last two gangs.)
+    rules = Preemption(reclaim_within_cohort="Any")
+    tree = QueueTree.build(
+        [
+            Queue("org", size_ratio=None),
+            Queue("a", parent="org", size_ratio=None),
+            Queue("b", parent="org", size_ratio=None, preemption=rules),
+            Queue("c", parent="org", size_ratio=None, preemption=rules),
+        ]
+    )
+    pending = [gang("b-wants", 8, 2, queue="b", t=10), gang("c-wants", 8, 2, queue="c", t=11)]
+    decisions = run(pending, tree, admitted=queue_a_holds_everything())
+    assert admitted_ids(decisions) == ["ns/b-wants"]
+    assert sorted(decisions.preempted) == ["ns/a2", "ns/a3"]
+    assert "ns/c-wants" in decisions.pending
