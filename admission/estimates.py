@@ -7,8 +7,10 @@ never waits for it, and the status service answers every gang from `StatusView.e
 lookup (issue #16: an answer costs the same with 10k pending gangs). The interval stretches to
 `pace` times the last run's duration, so a long fast-forward never takes more than its share of
 the process. When nothing the estimates read has changed, they are refreshed only every
-`UNCHANGED_EVERY` seconds. Estimates do not wake long-polls: a gang's version changes with its
-state, not with time passing.
+`UNCHANGED_EVERY` seconds, and while nobody asked for one in the last
+`admission.statusview.DEMAND_WINDOW` seconds, not at all: the first ask is answered "not
+estimated yet" and starts a refresh at once. Estimates do not wake long-polls: a gang's version
+changes with its state, not with time passing.
 
 `estimate_body` is the JSON the status service (and `muster status`/`explain` reading the API)
 give for one gang.
@@ -68,8 +70,11 @@ class EstimateRefresher:
         pace: float = 4.0,
         unchanged_every: float = UNCHANGED_EVERY,
         clock: Callable[[], float] = time.time,
+        on_demand: bool = True,
     ) -> None:
         self.cache = cache
+        self.on_demand = on_demand
+        """Refresh only while readers ask for estimates (`StatusView.estimates_wanted`)."""
         self.clock = clock
         self.policy = policy
         self.interval = interval
@@ -89,6 +94,8 @@ class EstimateRefresher:
         if started - self._last < max(self.interval, self.pace * self.took):
             return
         cache = self.cache
+        if self.on_demand and not cache.status.estimates_wanted(started):
+            return  # nobody reads them: none computed (the first ask starts one)
         if cache.same_mark(self._mark) and started - self._last < self.unchanged_every:
             return
         self._last = started
@@ -131,6 +138,7 @@ def estimate_body(cache: Cache, key: str, now: float) -> dict[str, Any]:
     """The `estimate` field of a waiting gang's status: times as RFC3339 and seconds from
     ``now``; or `unknown` saying why."""
     status = cache.status
+    status.ask_estimate()
     computed = status.estimated_at
     found = status.estimates.get(key)
     reason = status.reasons.get(key)

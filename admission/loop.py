@@ -80,6 +80,8 @@ class Controller:
         self.estimates = EstimateRefresher(
             cache, settings.policy, interval=settings.estimate_interval
         )
+        # The first ask for an estimate after a quiet spell starts a cycle, which pokes them.
+        cache.status.on_first_ask = cache.changed.set
 
     def queue_status(self) -> dict[str, dict[str, object]]:
         """Per queue: pending, admitted, usage, share, usageSummary (the Queue status body)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from functools import partial
 
 from admission.cache import INCOMPLETE, Cache
 from admission.gangs import JobRecord
@@ -78,7 +79,7 @@ class WaitReasons:
             return
         self._positions_at = now
         self._positions_version = status.version
-        status.show_positions(queue_positions(cache))
+        status.positions_moved(partial(queue_positions, cache))
 
 
 class Rejections:

@@ -35,6 +35,11 @@ class ControllerSettings:
     """Seconds a gang must be partially placed before the deadlock detector looks at it."""
     status_interval: float = 2.0
     """Least seconds between two writes of one Queue's status."""
+    status_writes_per_second: float = 10.0
+    """Queue status writes the controller sends a second at most, all queues together (the
+    queues written longest ago first): at 1,000 queues whose counts all move, one write per
+    queue per `status_interval` was 3 writes per admission, competing with the workloads' own
+    requests at the apiserver (docs/benchmarks.md, Kueue's scheduler benchmark)."""
     admit_events: bool = True
     """Post an Event for every admission (evictions and failures always get one)."""
     write_concurrency: int = 32

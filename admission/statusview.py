@@ -11,11 +11,18 @@ the estimates read moved since it was taken.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from policies import QueueTree, Reason, Resources
 from policies.estimate import Estimate
+
+DEMAND_WINDOW = 600.0
+"""Seconds after a reader last asked for a wait-time estimate during which the controller keeps
+refreshing them: twice the longest long-poll (300 s), so a gang's poller keeps them fresh. A
+controller nobody asks spends nothing on them (in Kueue's scheduler benchmark they were a third
+of muster's CPU: docs/benchmarks.md)."""
 
 
 class StateMark(NamedTuple):
@@ -39,11 +46,17 @@ class StatusView:
         """From the last plan: why each waiting gang waits (also the refused ones)."""
         self.rejected: dict[str, Reason] = {}
         """From the last plan: the gangs that can never be admitted as things stand."""
-        self.positions: dict[str, int] = {}
-        """Each waiting gang's 1-based place in its queue (`admission.status.queue_positions`)."""
+        self._positions: dict[str, int] = {}
+        self._positions_of: Callable[[], dict[str, int]] | None = None
         self.estimates: dict[str, Estimate] = {}
         """Wait-time estimates (admission/estimates.py computes them in the background)."""
         self.estimated_at: float | None = None
+        self.estimates_asked_at: float | None = None
+        """`time.monotonic()` when a reader last asked for a gang's estimate (`ask_estimate`):
+        estimates are computed while someone reads them."""
+        self.on_first_ask: Callable[[], None] | None = None
+        """Called when an estimate is asked for after none was for `DEMAND_WINDOW` (the
+        refresher then starts one at once instead of at the next admit cycle)."""
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
 
     def touch(self, key: str) -> None:
@@ -76,8 +89,38 @@ class StatusView:
         """The gang no longer waits (admitted): its reason is history."""
         self.reasons.pop(key, None)
 
+    @property
+    def positions(self) -> dict[str, int]:
+        """Each waiting gang's 1-based place in its queue (`admission.status.queue_positions`),
+        worked out when read if the admit loop said they may have moved (`positions_moved`):
+        nobody reading them costs nothing, and an admit cycle at 10,000 waiting gangs spent a
+        tenth of its time numbering the queues."""
+        compute = self._positions_of
+        if compute is not None:
+            self._positions_of = None
+            self._positions = compute()
+        return self._positions
+
     def show_positions(self, positions: dict[str, int]) -> None:
-        self.positions = positions
+        self._positions, self._positions_of = positions, None
+
+    def positions_moved(self, compute: Callable[[], dict[str, int]]) -> None:
+        """The positions may have moved: ``compute`` gives them when they are next read."""
+        self._positions_of = compute
+
+    def ask_estimate(self, at: float | None = None) -> None:
+        """A reader asked for an estimate (`estimate_body`): keep them computed."""
+        now = time.monotonic() if at is None else at
+        idle = self.estimates_asked_at is None or now - self.estimates_asked_at > DEMAND_WINDOW
+        self.estimates_asked_at = now
+        if idle and self.on_first_ask is not None:
+            self.on_first_ask()
+
+    def estimates_wanted(self, at: float | None = None) -> bool:
+        """Someone asked for an estimate in the last `DEMAND_WINDOW` seconds."""
+        asked = self.estimates_asked_at
+        now = time.monotonic() if at is None else at
+        return asked is not None and now - asked <= DEMAND_WINDOW
 
     def show_estimates(self, estimates: dict[str, Estimate], at: float) -> None:
         self.estimates, self.estimated_at = estimates, at

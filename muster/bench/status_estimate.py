@@ -247,7 +247,9 @@ def _add_pending(
 async def _measure(cache: Cache, names: list[str], busy: bool) -> list[float]:
     server = StatusServer(cache, dict, None)
     port = await server.start()
-    refresher = EstimateRefresher(cache, "drf", interval=0.0, pace=0.0, unchanged_every=0.0)
+    refresher = EstimateRefresher(
+        cache, "drf", interval=0.0, pace=0.0, unchanged_every=0.0, on_demand=False
+    )
     stop = asyncio.Event()
 
     async def refresh_forever() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from admission.cache import Cache
 from admission.estimates import EstimateRefresher, estimate_body, refresh_now
 from admission.status import gang_status
+from admission.statusview import DEMAND_WINDOW
 from muster.commands.explain import explain, render
 from muster.commands.status import estimate_text, status_lines
 from muster.view import Listing, plan_listing
@@ -127,7 +128,9 @@ def test_the_refresher_fills_the_cache_in_the_background() -> None:
     switch = sys.getswitchinterval()
 
     async def go() -> None:
-        refresher = EstimateRefresher(cache, "drf", interval=0.0, clock=lambda: NOW)
+        refresher = EstimateRefresher(
+            cache, "drf", interval=0.0, clock=lambda: NOW, on_demand=False
+        )
         refresher.poke()
         assert sys.getswitchinterval() <= 0.001  # the event loop gets the interpreter sooner
         refresher.poke()  # one at a time: a second poke while it runs starts nothing
@@ -147,7 +150,13 @@ def test_an_unchanged_cache_is_estimated_again_only_after_unchanged_every() -> N
 
     async def go() -> None:
         refresher = EstimateRefresher(
-            cache, "drf", interval=0.0, pace=0.0, unchanged_every=60.0, clock=lambda: NOW
+            cache,
+            "drf",
+            interval=0.0,
+            pace=0.0,
+            unchanged_every=60.0,
+            clock=lambda: NOW,
+            on_demand=False,
         )
 
         async def poked() -> bool:
@@ -173,3 +182,37 @@ def test_refresh_now_without_waiting_gangs_is_empty() -> None:
     cache = Cache()
     refresh_now(cache, NOW, "drf")
     assert cache.status.estimates == {} and cache.status.estimated_at == NOW
+
+
+def test_estimates_are_computed_while_someone_asks_for_them() -> None:
+    cache = plan_listing(_deadline_listing(), now=NOW).cache
+    cache.status.estimates, cache.status.estimated_at = {}, None
+    first_asks: list[float] = []
+    cache.status.on_first_ask = lambda: first_asks.append(NOW)
+
+    async def go() -> None:
+        refresher = EstimateRefresher(cache, "drf", interval=0.0, pace=0.0, clock=lambda: NOW)
+
+        async def poked() -> bool:
+            before = refresher.runs
+            refresher.poke()
+            if refresher._task is not None:
+                await refresher._task
+            return refresher.runs > before
+
+        assert not await poked()  # nobody asked: nothing computed
+        body = estimate_body(cache, "ns/second", NOW)
+        assert body["unknown"].startswith("not estimated yet")
+        assert first_asks == [NOW]  # the first ask wakes the controller
+        assert await poked()
+        assert estimate_body(cache, "ns/second", NOW)["startsInSeconds"] == 600.0
+        assert first_asks == [NOW]  # only the first ask of a quiet spell does
+        asked = cache.status.estimates_asked_at
+        assert asked is not None
+        cache.status.estimates_asked_at = asked - DEMAND_WINDOW - 1  # nobody asked since
+        cache.status.touch("ns/second")  # a change the estimates read
+        refresher._last -= 60.0
+        assert not await poked()
+        await refresher.stop()
+
+    asyncio.run(go())

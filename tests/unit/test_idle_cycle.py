@@ -169,3 +169,37 @@ def test_the_clog_detector_passes_at_most_once_a_second() -> None:
         assert made.clogs.checked_at == first - 5.0 and record.advanced_at == first - 5.0
 
     asyncio.run(run())
+
+
+def test_queue_status_writes_keep_to_their_budget_the_longest_unwritten_first() -> None:
+    async def run() -> None:
+        cache, made, recorder = controller(status_writes_per_second=2.0)
+        for k in range(10):
+            cache.apply_queue(
+                "ADDED",
+                {
+                    "metadata": {"name": f"q{k}", "resourceVersion": str(10 + k)},
+                    "spec": {"nominal": {"cpu": "1"}},
+                },
+            )
+        await made.cycle()
+        await settle(made)
+        first = [args[0] for args in recorder.status_writes()]
+        assert len(first) == 4  # two seconds' worth of the budget, not the 11 queues
+        published = made.publisher._published_at
+        made.publisher._published_at = published - 1.0  # a second later: 2 more
+        cache.status.touch("ns/x")  # something moved, so the publish is not skipped
+        await made.cycle()
+        await settle(made)
+        second = [args[0] for args in recorder.status_writes()][4:]
+        assert len(second) == 2
+        assert not set(first) & set(second)  # the never-written queues went first
+        for _ in range(10):  # the rest follow, though nothing changes any more
+            made.publisher._published_at -= 1.0
+            await made.cycle()
+            await settle(made)
+        assert sorted({args[0] for args in recorder.status_writes()}) == sorted(
+            ["q", *(f"q{k}" for k in range(10))]
+        )
+
+    asyncio.run(run())
