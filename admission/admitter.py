@@ -210,7 +210,7 @@ class Admitter:
                 in_flight.setdefault(placed.set_key, Counter())[sent_to] += 1
         owners = {
             f"{r.namespace}/{r.gang_label}": r
-            for r in cache.jobs.values()
+            for r in cache.jobs.unfinished_records()
             if r.admission is not None and not r.finished
         }
         for (gang, pod_set), pods in waiting.items():

@@ -337,7 +337,7 @@ class Cache:
         """Waiting gangs the controller keeps out of the plan, and why: their Queue is not
         Ready, or does not take gangs from their namespace, or their gang object is not whole
         yet (`Incomplete`: a pod group waiting for its pods)."""
-        refused = self.queues.refusals(self.jobs.values())
+        refused = self.queues.refusals(self.jobs.unfinished_records())
         jobs = self.jobs
         for key in jobs.incomplete:
             record = jobs[key]
@@ -347,7 +347,7 @@ class Cache:
 
     def namespace_refusals(self) -> dict[str, Reason]:
         """Waiting gangs whose queue does not take gangs from their namespace, and why."""
-        return self.queues.namespace_refusals(self.jobs.values())
+        return self.queues.namespace_refusals(self.jobs.unfinished_records())
 
     def snapshot(
         self, now: float, refused: Mapping[str, Reason] | None = None, busy: Collection[str] = ()

@@ -51,7 +51,7 @@ class ClogDetector:
         self.checked_at = now
         cache, evicting, suspender = self.cache, self.suspender.evicting, self.suspender
         pods = cache.pods
-        for record in list(cache.jobs.values()):
+        for record in cache.jobs.unfinished_records():
             if record.admitted_at is None or record.finished or record.key in evicting:
                 continue
             if record.suspended or (suspender.refused and suspender.holds(record.key, now)):
@@ -117,7 +117,7 @@ class DeadlockDetector:
         cache, evicting = self.cache, self.suspender.evicting
         bound_of, unbound_of = cache.pods.gang_bound, cache.pods.gang_unbound
         partial: list[PartialGang] = []
-        for record in cache.jobs.values():
+        for record in cache.jobs.unfinished_records():
             adm = record.admitted_at
             if adm is None or record.finished or record.reached_min or record.key in evicting:
                 continue

@@ -152,7 +152,7 @@ class Reservations(dict[str, Placements]):
         kept: dict[str, _AdmittedMemo] = {}
         out: list[AdmittedGang] = []
         seen, node_set, reserved_of = self.pods.seen, self.nodes.node_set, self.get
-        for key, r in self.jobs.items():
+        for key, r in self.jobs.unfinished_items():
             if r.finished or (r.admitted_at is None and r.local_admit is None):
                 continue  # most records, every cycle: `r.admission is None` without the property
             adm = r.admission

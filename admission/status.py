@@ -129,7 +129,7 @@ def queue_positions(cache: Cache) -> dict[str, int]:
     the properties, and numbers each queue's line in C (docs/benchmarks.md, "Status service at
     scale")."""
     by_queue: dict[str, list[tuple[tuple[int, float, int, str], str]]] = defaultdict(list)
-    for key, record in cache.jobs.items():
+    for key, record in cache.jobs.unfinished_items():
         if (
             record.admitted_at is None
             and record.local_admit is None
@@ -152,7 +152,7 @@ def _summary(usage: Resources) -> str:
 def gang_counts(cache: Cache, now: float) -> dict[tuple[str, str], int]:
     """(kind, state) -> gangs not ended (finished or failed), for `muster_gangs`."""
     counts: dict[tuple[str, str], int] = defaultdict(int)
-    for record in cache.jobs.values():
+    for record in cache.jobs.unfinished_records():
         if record.finished or record.failed_state:
             continue
         counts[(record.kind, record.state(now))] += 1
@@ -165,7 +165,7 @@ def queue_status(cache: Cache) -> dict[str, dict[str, object]]:
     capacity = cache.nodes.capacity()
     pending: dict[str, int] = defaultdict(int)
     admitted: dict[str, int] = defaultdict(int)
-    for record in cache.jobs.values():
+    for record in cache.jobs.unfinished_records():
         if record.finished or record.failed_state:
             continue
         if record.admission is not None:
