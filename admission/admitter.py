@@ -28,7 +28,6 @@ from policies.kinds import members
 from policies.kinds.pinning import HOSTNAME
 from policies.kinds.registry import pod_gang
 from policies.kinds.release import Release, Write, release_writes
-from policies.resources import Resources
 from policies.topology import placement_note
 
 log = logging.getLogger("muster.controller")
@@ -105,12 +104,14 @@ class Admitter:
         not exact).
 
         Not when the node affinity alone is exact: the plan names one node (a one-pod gang,
-        or a gang packed on one node), or on every planned node the gang can fit no
-        more pods than planned there (the gang fills what the node had free, one pod per node
-        for a one-pod-per-node gang, a node that holds one pod): then the scheduler, held to
-        those nodes, can only place them as planned, and the gang costs no pod writes. Free
-        room is what bound pods leave (pods planned but not bound yet are not subtracted: that
-        errs towards the gate)."""
+        or a gang packed on one node), or on every planned node the gang could fit no more
+        pods than planned there even if the node were empty (one pod per node for a
+        one-pod-per-node gang, a node that holds one pod): then the scheduler, held to those
+        nodes, can only place them as planned, and the gang costs no pod writes.
+
+        Not what the node has free now: other pods end between the plan and the binding (a
+        CI run bound all three pods of a gang planned 2 + 1 on the first node, freed by pods
+        that finished meanwhile), and what the plan left free on a node may be another gang's."""
         if len(placement) <= 1:
             return False  # one planned node (or none): every pod of the gang can only go there
         gang = record.gang
@@ -120,8 +121,7 @@ class Admitter:
             node = cache.nodes.get(name)
             if node is None:
                 return True
-            free = node.allocatable - (cache.pods.used.get(name) or Resources())
-            room = request.pods_that_fit(free, gang.one_pod_per_node)
+            room = request.pods_that_fit(node.allocatable, gang.one_pod_per_node)
             if room is None or room > planned:
                 return True
         return False

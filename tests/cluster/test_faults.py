@@ -67,9 +67,10 @@ def restart_mid_burst(
     pids = (muster.run.pid, webhook_pid(muster))
     # A gang whose pod kwok never reports on (its update cut by the kill) is evicted as Clogged
     # once the clog clock gives up waiting on the control plane for it, NOT_STARTED_LIMIT clog
-    # timeouts after its admission (policies.lifecycle): with 60 s, 10 minutes, well inside
-    # BURST_TIMEOUT (see Burst.check), rather than the default's 50.
-    spec = {"clogTimeout": "60s"}
+    # timeouts after its admission (policies.lifecycle): with 30 s, 5 minutes, well inside
+    # BURST_TIMEOUT (see Burst.check), rather than the default's 50. (At 60 s the etcd test
+    # waited 10 minutes for one such Job on every CI run.)
+    spec = {"clogTimeout": "30s"}
     with Burst(kube, namespace, jobs=2000, quota_cpu=QUOTA_CPU, queue_spec=spec) as burst:
         burst.start()
         burst.wait_created(500)

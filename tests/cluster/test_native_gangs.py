@@ -299,6 +299,34 @@ def bound(kube: KubeClient, ns: str, gang: str) -> Counter[str]:
     )
 
 
+def _pods_said(
+    kube: KubeClient,
+    ns: str,
+    gang: str,
+    plan: dict[str, int],
+    notes: dict[str, str],
+    controller: Controller,
+) -> str:
+    """What a gang's pods, its object and muster's log say, for a failure's message (a CI run
+    once bound a pinned native gang's three pods on one node of its two planned ones)."""
+    pods = [
+        (
+            p["metadata"]["name"],
+            p["spec"].get("nodeName"),
+            (p["spec"].get("nodeSelector") or {}).get("kubernetes.io/hostname"),
+            [g["name"] for g in p["spec"].get("schedulingGates") or []],
+            (p.get("status") or {}).get("phase"),
+            p["metadata"]["creationTimestamp"],
+            p["metadata"].get("deletionTimestamp"),
+        )
+        for p in gang_pods(kube, ns, gang)
+    ]
+    said = controller.process.text() if controller.process is not None else ""
+    lines = [line for line in said.splitlines() if f"/{gang}" in line or f" {gang}" in line]
+    muster = {k: v for k, v in notes.items() if k.startswith("muster.dev/")}
+    return f"{gang}: plan {plan}; pods {pods}; annotations {muster}; log {lines[-20:]}"
+
+
 def linked_group(template: dict[str, Any]) -> str:
     return str(((template.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName"))
 
@@ -424,7 +452,9 @@ def test_every_admitted_job_gets_its_pod_group_and_is_bound_whole(
             continue
         # The pin composes with the group: each pod is where muster planned it.
         plan = decode_placement(notes[PLACEMENT], PLACEMENT)[""]
-        assert dict(bound(gkube, gns, name)) == plan, (name, plan)
+        assert dict(bound(gkube, gns, name)) == plan, _pods_said(
+            gkube, gns, name, plan, notes, controller
+        )
 
 
 def _jobs_said(kube: KubeClient, path: str, names: list[str]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from policies.kinds.pinning import (
 from policies.kinds.podtemplate import node_terms
 from policies.model import Gang, Node, Queue, QueueTree, Snapshot, node_affinity_holds
 from policies.resources import Resources
+from tests.unit.test_idle_cycle import controller, job
 
 FOUR = Resources.parse({"cpu": "4"}, field="cpu")
 USER_TERM = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}
@@ -238,3 +239,25 @@ def test_a_pinned_job_reads_its_own_affinity_and_size_from_the_saved_original() 
     assert record.gang.size == 4 and record.gang.min == 2
     assert record.gang.node_terms == ()  # the pin is not the user's affinity
     assert record.pinned == {"": {"n1": 2}} and record.started
+
+
+def test_a_pin_goes_without_the_gate_only_where_empty_nodes_could_hold_no_more() -> None:
+    # Two 4-cpu nodes, one with 2 cpu of other pods bound: a 3-pod gang of 1 cpu planned 2 + 1
+    # fills what they have free, but the other pods may end before the scheduler binds, and
+    # then the affinity alone would let all three go to one node: the pods wait at the gate.
+    cache, made, _ = controller()
+    for name in ("m0", "m1"):
+        cache.apply_node(
+            "ADDED",
+            {
+                "metadata": {"name": name, "resourceVersion": "3"},
+                "status": {"allocatable": {"cpu": "4", "pods": "110"}},
+            },
+        )
+    cache.apply_job("ADDED", job("a", 0))
+    record = cache.jobs["ns/a"]
+    cache.pods.used["m0"] = Resources({"cpu": 2_000})
+    cache.pods.used["m1"] = Resources({"cpu": 3_000})
+    assert made.admitter._inexact(record, {"m0": 2, "m1": 1})
+    assert not made.admitter._inexact(record, {"m0": 3})  # one node: nowhere else to go
+    assert not made.admitter._inexact(record, {"m0": 4, "m1": 4})  # they could hold no more
