@@ -51,7 +51,7 @@ class ClogDetector:
         self.checked_at = now
         cache, evicting, suspender = self.cache, self.suspender.evicting, self.suspender
         pods = cache.pods
-        for record in cache.jobs.unfinished_records():
+        for record in list(cache.jobs.unfinished_records()):
             if record.admitted_at is None or record.finished or record.key in evicting:
                 continue
             if record.suspended or (suspender.refused and suspender.holds(record.key, now)):

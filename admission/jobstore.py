@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, ItemsView, Mapping, ValuesView
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,8 +42,8 @@ class JobStore(dict[str, JobRecord]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.unfinished: dict[str, None] = {}
-        """Keys of the records not finished, in the store's order. The admit loop's passes over
+        self.unfinished: dict[str, JobRecord] = {}
+        """The records not finished by key, in the store's order. The admit loop's passes over
         waiting and admitted gangs (every cycle, and the queue status every second) walk these:
         a cluster keeps finished Jobs by the thousand (50,000 in Kueue's large-scale benchmark),
         and each pass over them cost as much as the cycle's plan. A record is finished only as
@@ -62,20 +62,19 @@ class JobStore(dict[str, JobRecord]):
         unfinished = self.unfinished
         if record.finished:
             unfinished.pop(key, None)
-        elif key not in unfinished:
-            if had:  # a finished gang's key runs again (rare): keep the store's order
-                self.unfinished = {k: None for k, r in self.items() if not r.finished}
-            else:
-                unfinished[key] = None
+        elif key in unfinished or not had:
+            unfinished[key] = record
+        else:  # a finished gang's key runs again (rare): keep the store's order
+            self.unfinished = {k: r for k, r in self.items() if not r.finished}
 
-    def unfinished_items(self) -> list[tuple[str, JobRecord]]:
-        """(key, record) of every record not finished, in the store's order."""
-        get = self.__getitem__
-        return [(key, get(key)) for key in self.unfinished]
+    def unfinished_items(self) -> ItemsView[str, JobRecord]:
+        """(key, record) of every record not finished, in the store's order (a view: copy it
+        with list() to change the store while walking it)."""
+        return self.unfinished.items()
 
-    def unfinished_records(self) -> list[JobRecord]:
-        """Every record not finished, in the store's order."""
-        return list(map(self.__getitem__, self.unfinished))
+    def unfinished_records(self) -> ValuesView[JobRecord]:
+        """Every record not finished, in the store's order (a view, as `unfinished_items`)."""
+        return self.unfinished.values()
 
     # -- the Job watch ---------------------------------------------------------------------
 

@@ -221,7 +221,7 @@ class Suspender:
     def resuspend_unadmitted(self) -> None:
         """Suspend again every Job running without muster's admission (someone set
         `spec.suspend: false` by hand, or another controller did)."""
-        for record in self.cache.jobs.unfinished_records():
+        for record in list(self.cache.jobs.unfinished_records()):
             if (
                 record.suspended
                 or record.finished

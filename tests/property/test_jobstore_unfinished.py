@@ -43,4 +43,5 @@ def test_unfinished_holds_the_records_not_finished_in_order(
         store.put(key, JOB, body, store.get(key), 1_800_000_000.0)
         assert store[key].finished == finished
     assert list(store.unfinished) == [k for k, r in store.items() if not r.finished]
-    assert store.unfinished_records() == [r for r in store.values() if not r.finished]
+    assert list(store.unfinished_records()) == [r for r in store.values() if not r.finished]
+    assert all(store.unfinished[k] is store[k] for k in store.unfinished)
