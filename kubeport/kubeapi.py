@@ -107,6 +107,10 @@ TOKEN_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "tokenreviews", n
 SUBJECT_ACCESS_REVIEWS: Final = Resource(
     "authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False
 )
+SELF_SUBJECT_REVIEWS: Final = Resource(
+    "authentication.k8s.io", "v1", "selfsubjectreviews", namespaced=False
+)
+"""Who the caller is, as the apiserver authenticated it (GA in 1.28; any authenticated user)."""
 KOPF_PEERINGS: Final = Resource("kopf.dev", "v1", "clusterkopfpeerings", namespaced=False)
 POD_GROUPS: Final = Resource("scheduling.k8s.io", "v1beta1", "podgroups")
 """Kubernetes' own gangs (1.37 beta: served only with the GenericWorkload gate and its API

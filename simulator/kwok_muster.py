@@ -20,6 +20,7 @@ from kubeport import kubeapi
 from kubeport.kubeapi import ApiError, KubeClient
 from policies.history import to_csv
 from policies.topology import NO_TOPOLOGY, Topology
+from simulator.controlplane.cluster import controller_kubeconfig
 from simulator.kwok_settings import KwokError, KwokSettings, Log
 from webhook.configuration import NAME as WEBHOOK_CONFIGURATION
 
@@ -62,7 +63,7 @@ class KwokMuster:
         try:
             # Its own session: Ctrl-C reaches only us, and we stop it in order.
             run = launch(
-                kubeconfig,
+                controller_kubeconfig(kubeconfig),
                 "--no-admit-events",
                 "--policy",
                 settings.policy,

@@ -233,13 +233,16 @@ def start_muster(
 ) -> MusterProcess:
     """Start `muster run --local` and wait until the webhook and the controller are ready (a
     `--peering` replica: until it serves, active or standby). With MUSTER_TEST_LOG set, its log
-    is appended there too.
+    is appended there too. On a local control plane muster runs as itself (its updates skip
+    the update review; the tests' own, by the admin, are reviewed).
 
     Without `kubeconfig`, muster finds one as kubectl does ($KUBECONFIG in `env`)."""
+    from simulator.controlplane.cluster import controller_kubeconfig
+
     log = os.environ.get("MUSTER_TEST_LOG")
     try:
         run = launch(
-            kubeconfig,
+            controller_kubeconfig(kubeconfig) if kubeconfig is not None else None,
             *MUSTER_TEST_FLAGS,
             *extra,
             env=env,

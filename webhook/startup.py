@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kubeport import kubeapi
-from kubeport.kubeapi import ApiError, KubeClient
+from kubeport.kubeapi import SELF_SUBJECT_REVIEWS, ApiError, KubeClient
 from kubeport.statusauth import StatusAuth, access_for
 from policies.submitted import SubmissionClock
 from webhook import handlers
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
-from webhook.configuration import build_configuration
+from webhook.configuration import build_configuration, own_identity
 from webhook.decision import WebhookSettings
 from webhook.metrics import MetricsServer
 from webhook.review import WebhookState
@@ -127,6 +127,21 @@ def wait_for_tls(addr: str, port: int, timeout: float = 30) -> None:
     raise TimeoutError(f"webhook server on {addr}:{port} did not start within {timeout:.0f}s")
 
 
+def username_of(client: KubeClient) -> str | None:
+    """Who the apiserver says ``client`` is (a SelfSubjectReview); None if it cannot say (an
+    apiserver before 1.28, or no answer): muster's updates are then reviewed like anyone's."""
+    try:
+        review = client.create(
+            SELF_SUBJECT_REVIEWS.path(),
+            {"apiVersion": SELF_SUBJECT_REVIEWS.api_version, "kind": "SelfSubjectReview"},
+        )
+    except (ApiError, OSError) as exc:
+        logging.info("cannot tell muster's own identity (%s); its updates are reviewed", exc)
+        return None
+    name = ((review.get("status") or {}).get("userInfo") or {}).get("username")
+    return name if isinstance(name, str) and name else None
+
+
 def register_configuration(client: KubeClient, configuration: dict[str, Any]) -> None:
     """Create or replace muster's MutatingWebhookConfiguration."""
     try:
@@ -219,11 +234,15 @@ class WebhookServing:
 
     async def _register_when_serving(self) -> None:
         await asyncio.to_thread(wait_for_tls, self.serve.addr, self.port)
+        own = own_identity(await asyncio.to_thread(username_of, self.client))
         configuration = build_configuration(
             self.serve.decision,
             url=self.url,
             ca_bundle=base64.b64encode(self.ca_bundle).decode(),
+            own_user=own,
         )
+        if own is not None:
+            logging.info("updates by %s (muster itself) skip the update review", own)
         async with self.registration:
             if self.stopping.is_set():
                 return

@@ -36,7 +36,7 @@ from kubeport import kubeapi
 from kubeport.kubeapi import ApiError, KubeClient
 from muster.bench.harness import BenchCluster, bench_cluster, job_body
 from policies.vocabulary import ADMITTED
-from simulator.controlplane.cluster import LocalCluster
+from simulator.controlplane.cluster import LocalCluster, controller_kubeconfig
 from simulator.kwok_watch import WatchCache
 
 QUEUES = kubeapi.QUEUES.path()
@@ -173,7 +173,7 @@ def start_muster(kubeconfig: Path, *flags: str) -> tuple[MusterRun, float]:
     """Start `muster run --local` with `flags` (no status service); return it once it is
     ready, and when."""
     try:
-        run = launch(kubeconfig, *flags, status=False)
+        run = launch(controller_kubeconfig(kubeconfig), *flags, status=False)
     except LaunchError as exc:
         raise RuntimeError(str(exc)) from exc
     return run, time.time()

@@ -50,7 +50,7 @@ from muster.bench.admit import api_calls, child_pids, per_gang
 from muster.bench.kueue_runner import Recorder, Runner, figures, latencies
 from policies.resources import format_quantity
 from policies.vocabulary import PRIORITY, QUEUE
-from simulator.controlplane.cluster import LocalCluster
+from simulator.controlplane.cluster import LocalCluster, controller_kubeconfig
 from simulator.controlplane.components import API_ONLY
 from simulator.controlplane.processes import cpu_seconds
 from simulator.kueueperf import (
@@ -317,7 +317,12 @@ def _run_on(
     pids = cluster.component_pids()
     run = Measured(load_start=os.getloadavg()[0], launched=time.time())
     try:
-        muster = launch(cluster.kubeconfig, *args.muster_arg, status=False, keep_lines=200)
+        muster = launch(
+            controller_kubeconfig(cluster.kubeconfig),
+            *args.muster_arg,
+            status=False,
+            keep_lines=200,
+        )
     except LaunchError as exc:
         runner.stop()
         client.close()

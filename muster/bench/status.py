@@ -76,6 +76,7 @@ from muster.bench.admit import create_jobs
 from muster.bench.harness import BenchCluster, bench_cluster, job_body, latency_ms
 from policies.submitted import format_stamp
 from policies.vocabulary import SUBMITTED
+from simulator.controlplane.cluster import controller_kubeconfig
 from simulator.controlplane.processes import cpu_seconds
 
 POD_CPU_MILLI = 100
@@ -585,7 +586,7 @@ def _run_on(cluster: BenchCluster, args: argparse.Namespace, say: Callable[[str]
             flags += ["--estimate-interval", f"{args.estimate_interval:g}"]
         say(f"starting muster run --local {' '.join(flags)} ...")
         try:
-            muster = launch(kubeconfig, *flags, timeout=600, keep_lines=200)
+            muster = launch(controller_kubeconfig(kubeconfig), *flags, timeout=600, keep_lines=200)
         except LaunchError as exc:
             raise RuntimeError(str(exc)) from exc
         assert muster.status_url is not None

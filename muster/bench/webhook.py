@@ -32,6 +32,7 @@ from kubeport.kubeapi import ApiError, KubeClient
 from muster.bench.admit import child_pids
 from muster.bench.harness import bench_cluster, job_body, latency_ms
 from policies.vocabulary import SUBMITTED
+from simulator.controlplane.cluster import controller_kubeconfig
 from simulator.controlplane.processes import cpu_seconds
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
 from webhook.startup import CONFIG_PATH
@@ -112,7 +113,7 @@ def _start_webhook(
 ) -> tuple[dict[str, Any], int | None]:
     """Start `muster run --local`; return the configuration it registered and the pid of the
     process that serves the reviews (the webhook child; None if there is none to find)."""
-    muster = launch(kubeconfig, "--webhook-server", server)
+    muster = launch(controller_kubeconfig(kubeconfig), "--webhook-server", server)
     stack.callback(muster.stop)
     with KubeClient.from_kubeconfig(kubeconfig) as client:
         config = client.get(f"{CONFIG_PATH}/{WEBHOOK_CONFIG_NAME}")

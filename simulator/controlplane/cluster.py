@@ -5,6 +5,8 @@ Layout of a cluster's state directory (`<cache>/clusters/<name>/`, removed by `d
 
     pki/             CA, apiserver serving cert, admin client cert, service-account keys
     kubeconfig       admin kubeconfig (client cert in group system:masters)
+    controller.kubeconfig  muster's own (user muster-controller, also system:masters): what
+                     the tests, benches and the kwok engine run `muster run --local` with
     processes.json   pid, start time and command of every process we started
     ports.json       the port each component listens on
     features.json    the feature gates it runs with, which components take each, and the
@@ -230,6 +232,8 @@ class LocalCluster:
         pki = create_cluster_pki(self.state_dir / "pki")
         etcd_port, etcd_peer, api_port, cm_port, sched_port, kwok_port = free_ports(6)
         write_kubeconfig(self.kubeconfig, self.name, pki, api_port)
+        own = self.kubeconfig.with_name(CONTROLLER_KUBECONFIG)
+        write_kubeconfig(own, self.name, pki, api_port, pki.controller)
         args = ComponentArgs(self.name, self.state_dir, self.kubeconfig, binaries, pki, features)
         processes = self.processes
         records: list[ProcessRecord] = []
@@ -352,6 +356,21 @@ class LocalCluster:
         """Make sure `count` kwok nodes of this group exist and are Ready (creates the missing)."""
         with self.client() as client:
             ensure_nodes(client, count, shape, group, timeout, workers, self.log)
+
+
+CONTROLLER_KUBECONFIG = "controller.kubeconfig"
+"""muster's own kubeconfig, beside the admin's in a cluster's state directory."""
+
+
+def controller_kubeconfig(kubeconfig: Path) -> Path:
+    """The kubeconfig `muster run --local` should use against the cluster of ``kubeconfig``:
+    for a local control plane (`up` wrote ``kubeconfig``), muster's own beside it (its updates
+    then skip muster's update review, the admin's do not: `webhook.configuration.own_identity`);
+    for any other cluster, ``kubeconfig`` itself."""
+    own = Path(kubeconfig).with_name(CONTROLLER_KUBECONFIG)
+    if Path(kubeconfig).name == "kubeconfig" and own.exists():
+        return own
+    return Path(kubeconfig)
 
 
 def operators_of(kubeconfig: Path) -> list[Operator]:

@@ -1,6 +1,7 @@
 """The local control plane's credentials: its PKI (a CA, the apiserver serving cert, an admin
-client cert, SA keys), the admin kubeconfig that uses them, and serving certificates signed by
-the same CA for what the apiserver calls on loopback (an operator's admission webhooks).
+client cert, muster's own client cert, SA keys), the kubeconfigs that use them, and serving
+certificates signed by the same CA for what the apiserver calls on loopback (an operator's
+admission webhooks).
 
 Generated at `cluster up` into the cluster's state directory (never committed). The CA and
 certificate code is the webhook's (`webhook.tls`): one implementation of certificate issuance.
@@ -16,6 +17,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from webhook.configuration import CONTROLLER_USER
 from webhook.tls import CertificateAuthority, KeyPair, new_key, write_key
 
 
@@ -28,6 +30,9 @@ class ClusterPki:
     admin: KeyPair
     service_account_key: Path
     service_account_pub: Path
+    controller: KeyPair
+    """muster's own client cert (`webhook.configuration.CONTROLLER_USER`, in system:masters
+    as the admin): its updates skip muster's update review, the admin's are reviewed."""
 
 
 def create_cluster_pki(directory: Path) -> ClusterPki:
@@ -49,6 +54,13 @@ def create_cluster_pki(directory: Path) -> ClusterPki:
     admin = ca.issue(
         directory, "admin", common_name="muster-admin", organization="system:masters", client=True
     )
+    controller = ca.issue(
+        directory,
+        "controller",
+        common_name=CONTROLLER_USER,
+        organization="system:masters",
+        client=True,
+    )
     sa_key = new_key()
     sa_key_path = directory / "sa.key"
     sa_pub_path = directory / "sa.pub"
@@ -58,7 +70,7 @@ def create_cluster_pki(directory: Path) -> ClusterPki:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    return ClusterPki(ca.files, apiserver, admin, sa_key_path, sa_pub_path)
+    return ClusterPki(ca.files, apiserver, admin, sa_key_path, sa_pub_path, controller)
 
 
 def load_cluster_ca(directory: Path) -> CertificateAuthority:
@@ -86,9 +98,13 @@ def issue_loopback_serving(pki_dir: Path, directory: Path, common_name: str) -> 
     )
 
 
-def write_kubeconfig(path: Path, name: str, pki: ClusterPki, port: int) -> None:
+def write_kubeconfig(
+    path: Path, name: str, pki: ClusterPki, port: int, user: KeyPair | None = None
+) -> None:
     """The admin kubeconfig of cluster ``name`` (its apiserver on loopback ``port``; the
-    client cert is in group system:masters), readable by its owner only."""
+    client cert is in group system:masters), or with ``user`` that client cert's, readable by
+    its owner only."""
+    client = user if user is not None else pki.admin
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -105,8 +121,8 @@ def write_kubeconfig(path: Path, name: str, pki: ClusterPki, port: int) -> None:
             {
                 "name": "admin",
                 "user": {
-                    "client-certificate": str(pki.admin.cert),
-                    "client-key": str(pki.admin.key),
+                    "client-certificate": str(client.cert),
+                    "client-key": str(client.key),
                 },
             }
         ],

@@ -41,7 +41,12 @@ from tests import builders
 from tests.conftest import REPO, MusterProcess, manifest_webhooks
 from tests.controller_helpers import create_queue, delete_queue, jobs_path
 from tests.kube import create_through_webhook, wait_for
-from webhook.configuration import IN_CLUSTER_SERVICE, JOB_PATH, build_configuration
+from webhook.configuration import (
+    IN_CLUSTER_SERVICE,
+    IN_CLUSTER_USER,
+    JOB_PATH,
+    build_configuration,
+)
 from webhook.decision import WebhookSettings
 from webhook.tls import WebhookTls, create_webhook_tls
 
@@ -400,8 +405,16 @@ def test_the_webhook_configuration_is_the_builders_and_points_at_the_service(
 ) -> None:
     docs = kustomize(MANIFESTS)
     (config,) = by_kind(docs, "MutatingWebhookConfiguration")
-    built = build_configuration(WebhookSettings(), service=IN_CLUSTER_SERVICE)
+    built = build_configuration(
+        WebhookSettings(), service=IN_CLUSTER_SERVICE, own_user=IN_CLUSTER_USER
+    )
     assert config["webhooks"] == built["webhooks"]
+    # The user whose updates skip the review is the Deployment's ServiceAccount.
+    (account,) = by_kind(docs, "ServiceAccount")
+    meta = account["metadata"]
+    assert f"system:serviceaccount:{meta['namespace']}:{meta['name']}" == IN_CLUSTER_USER
+    (deployment,) = by_kind(docs, "Deployment")
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == meta["name"]
     (service,) = by_kind(docs, "Service")
     assert service["metadata"]["name"] == IN_CLUSTER_SERVICE["name"]
     assert service["metadata"]["namespace"] == IN_CLUSTER_SERVICE["namespace"]

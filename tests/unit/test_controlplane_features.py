@@ -143,7 +143,7 @@ def test_the_components_command_lines_carry_the_gates(tmp_path: Path) -> None:
         },
     )
     pair = KeyPair(tmp_path / "x.crt", tmp_path / "x.key")
-    pki = ClusterPki(pair, pair, pair, tmp_path / "sa.key", tmp_path / "sa.pub")
+    pki = ClusterPki(pair, pair, pair, tmp_path / "sa.key", tmp_path / "sa.pub", pair)
     args = ComponentArgs("c", tmp_path, tmp_path / "kubeconfig", Binaries.at(tmp_path), pki, gates)
     apiserver = args.apiserver(6443, 2379)
     assert "--feature-gates=APIOnly=true,GenericWorkload=true" in apiserver

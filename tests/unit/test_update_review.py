@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import pytest
+import yaml
 
 from policies.kinds import JOB, JOBSET, MINICLUSTER
 from policies.kinds.reading import read_gang
@@ -35,7 +36,14 @@ from policies.vocabulary import (
 from tests import builders
 from tests.patches import apply_json_patch, apply_merge_patch
 from tests.unit.test_kind_adapters import jobset
-from webhook.configuration import build_configuration, update_path_of
+from webhook.configuration import (
+    CONTROLLER_USER,
+    IN_CLUSTER_USER,
+    build_configuration,
+    own_identity,
+    render_manifest,
+    update_path_of,
+)
 from webhook.decision import AdmissionRejected, UpdateDecision, WebhookSettings, decide_update
 from webhook.review import WebhookState, review_response
 
@@ -406,6 +414,31 @@ def test_updates_are_reviewed_for_labelled_objects_and_fail_open() -> None:
         }
     creates = [h for h in config["webhooks"] if h["rules"][0]["operations"] == ["CREATE"]]
     assert creates and all(h["failurePolicy"] == "Fail" for h in creates)
+
+
+def test_only_musters_own_identity_skips_the_update_review() -> None:
+    assert own_identity("system:serviceaccount:muster-system:muster") is not None
+    assert own_identity(CONTROLLER_USER) == CONTROLLER_USER
+    for shared in ("muster-admin", "kubernetes-admin", "alice@example.com", None):
+        assert own_identity(shared) is None  # a person's identity: their updates are reviewed
+    plain = build_configuration(SETTINGS, url="https://127.0.0.1:9443")
+    assert all("matchConditions" not in h for h in plain["webhooks"])
+    own = build_configuration(SETTINGS, url="https://127.0.0.1:9443", own_user=CONTROLLER_USER)
+    for hook in own["webhooks"]:
+        if hook["rules"][0]["operations"] == ["UPDATE"]:
+            assert hook["matchConditions"] == [
+                {
+                    "name": "not-muster-itself",
+                    "expression": 'request.userInfo.username != "muster-controller"',
+                }
+            ]
+        else:  # creates are reviewed whoever sends them
+            assert "matchConditions" not in hook
+    shipped = yaml.safe_load(render_manifest().split("\n", 3)[3])
+    expressions = {
+        c["expression"] for h in shipped["webhooks"] for c in h.get("matchConditions") or []
+    }
+    assert expressions == {f'request.userInfo.username != "{IN_CLUSTER_USER}"'}
 
 
 def test_an_update_review_answers_the_refusal() -> None:
