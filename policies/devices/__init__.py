@@ -14,8 +14,8 @@ resource, and the planner's quota, DRF shares, fit, reasons and estimates need n
 Pure: plain dicts in (docs/devices.md)."""
 
 from policies.devices.catalog import DeviceCatalog
-from policies.devices.claims import ClaimRef, DeviceError
-from policies.devices.gangs import GangClaims, gang_claims, with_devices
+from policies.devices.claims import ClaimRef, DeviceError, DeviceMissing
+from policies.devices.gangs import GangClaims, claimed, gang_claims, with_devices
 from policies.devices.mapping import NO_DEVICES, DeviceMapping
 
 __all__ = [
@@ -24,7 +24,9 @@ __all__ = [
     "DeviceCatalog",
     "DeviceError",
     "DeviceMapping",
+    "DeviceMissing",
     "GangClaims",
+    "claimed",
     "gang_claims",
     "with_devices",
 ]

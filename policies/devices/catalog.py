@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from policies.devices.claims import DeviceError, claim_devices
+from policies.devices.claims import DeviceError, DeviceMissing, claim_devices
 from policies.devices.mapping import DeviceMapping
 from policies.devices.objects import (
     POD_CLAIM_NAME,
@@ -165,15 +165,15 @@ class DeviceCatalog:
 
     # -- what the planner asks ----------------------------------------------------------------
 
-    def class_problem(self, device_class: str) -> str | None:
+    def class_problem(self, device_class: str) -> DeviceError | None:
         """None when muster can count `device_class`'s devices, else why not."""
         rule = self.classes.get(device_class)
         if rule is None:
-            return (
+            return DeviceMissing(
                 f"DeviceClass {device_class} not found: create it (kubectl get deviceclasses), "
                 "or request a class that exists"
             )
-        return rule.problem
+        return None if rule.problem is None else DeviceError(rule.problem)
 
     def counts_as(self, device: Device) -> tuple[str, ...]:
         """The resources `device` counts as: those of the mapped classes that admit it."""
@@ -213,6 +213,14 @@ class DeviceCatalog:
         out = {node: self.capacity(node) for node in self.nodes()}
         return {node: capacity for node, capacity in out.items() if capacity}
 
+    def slice_names(self) -> set[str]:
+        """The ResourceSlices held."""
+        return set(self._slices)
+
+    def claim_keys(self) -> set[Key]:
+        """The ResourceClaims held: the shared ones, and every allocated one."""
+        return set(self.claims) | set(self._allocations)
+
     def claims_owned_by(self, pod_uid: str) -> set[Key]:
         """The allocated claims made for pod `pod_uid` from a template."""
         return set(self._owned.get(pod_uid) or ())
@@ -250,7 +258,7 @@ class DeviceCatalog:
         spec = self.templates.get((namespace, name))
         where = f"ResourceClaimTemplate {namespace}/{name}"
         if spec is None:
-            raise DeviceError(
+            raise DeviceMissing(
                 f"{where} not found: the gang waits until it exists (create it in the gang's "
                 "namespace)"
             )
@@ -261,7 +269,7 @@ class DeviceCatalog:
         spec = self.claims.get((namespace, name))
         where = f"ResourceClaim {namespace}/{name}"
         if spec is None:
-            raise DeviceError(
+            raise DeviceMissing(
                 f"{where} not found: the gang waits until it exists (create it in the gang's "
                 "namespace)"
             )

@@ -21,8 +21,13 @@ from policies.resources import Resources
 
 
 class DeviceError(ValueError):
-    """A claim muster cannot count (or cannot read yet); the message names the object, the
-    field and what to do. A gang with one waits with the message (or is refused at create)."""
+    """A claim muster cannot count; the message names the object, the field and what to do. A
+    gang with one waits with the message (and is refused at create)."""
+
+
+class DeviceMissing(DeviceError):
+    """A claim muster cannot count yet: its template, its shared claim or its DeviceClass does
+    not exist (yet). A gang with one waits until it does (and is allowed at create)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +56,9 @@ def claim_refs(pod_spec: Mapping[str, Any]) -> tuple[ClaimRef, ...]:
     return tuple(out)
 
 
-ClassCheck = Callable[[str], str | None]
-"""A DeviceClass name -> None when muster can count its devices, else why not (not found, a
-selector it does not read)."""
+ClassCheck = Callable[[str], DeviceError | None]
+"""A DeviceClass name -> None when muster can count its devices, else why not (`DeviceMissing`
+when it does not exist, `DeviceError` for a selector muster does not read)."""
 
 FIX_SELECTORS: Final = (
     "muster counts devices per DeviceClass and does not model a request's own selectors: "
@@ -111,7 +116,7 @@ def _exactly(
         return None
     problem = classes(device_class)
     if problem is not None:
-        raise DeviceError(f"{at}.deviceClassName: {problem}")
+        raise type(problem)(f"{at}.deviceClassName: {problem}")
     if exactly.get("adminAccess"):
         return resource, 0  # admin access takes no device from others
     mode = exactly.get("allocationMode") or "ExactCount"

@@ -46,35 +46,37 @@ def gang_claims(
 def with_devices(gang: Gang, claims: GangClaims, catalog: DeviceCatalog) -> tuple[Gang, str | None]:
     """`gang` with what its claims request (see the module docstring), or `gang` as it is and
     why it must wait (a template not there yet, a request muster cannot count)."""
+    try:
+        return claimed(gang, claims, catalog), None
+    except DeviceError as exc:
+        return gang, f"pod resourceClaims: {exc}"
+
+
+def claimed(gang: Gang, claims: GangClaims, catalog: DeviceCatalog) -> Gang:
+    """`gang` with what its claims request; raises `DeviceError` (`DeviceMissing`: not yet)."""
     namespace = claims.namespace
     per_set: dict[str, Resources] = {}
     shared: dict[str, Resources] = {}
-    try:
-        for name, refs in claims.sets:
-            per_pod = Resources()
-            for ref in refs:
-                if ref.template:
-                    per_pod = per_pod + catalog.template_devices(namespace, ref.template)
-                else:
-                    shared[ref.claim] = catalog.claim_devices(namespace, ref.claim)
-            per_set[name] = per_pod
-    except DeviceError as exc:
-        return gang, f"pod resourceClaims: {exc}"
+    for name, refs in claims.sets:
+        per_pod = Resources()
+        for ref in refs:
+            if ref.template:
+                per_pod = per_pod + catalog.template_devices(namespace, ref.template)
+            else:
+                shared[ref.claim] = catalog.claim_devices(namespace, ref.claim)
+        per_set[name] = per_pod
     if not any(per_set.values()) and not any(shared.values()):
-        return gang, None
+        return gang
     once = Resources()
     for devices in shared.values():
         once = once + devices
     main = per_set.get(gang.set_name)
-    return (
-        replace(
-            gang,
-            pod_requests=gang.pod_requests + main if main else gang.pod_requests,
-            others=tuple(
-                replace(o, requests=o.requests + per_set[o.name]) if per_set.get(o.name) else o
-                for o in gang.others
-            ),
-            shared=gang.shared + once,
+    return replace(
+        gang,
+        pod_requests=gang.pod_requests + main if main else gang.pod_requests,
+        others=tuple(
+            replace(o, requests=o.requests + per_set[o.name]) if per_set.get(o.name) else o
+            for o in gang.others
         ),
-        None,
+        shared=gang.shared + once,
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from policies.devices import DeviceCatalog, DeviceError, DeviceMapping, with_devices
+from policies.devices import DeviceCatalog, DeviceError, DeviceMapping, DeviceMissing, with_devices
 from policies.devices.claims import ClaimRef, claim_devices, claim_refs
 from policies.devices.objects import POD_CLAIM_NAME, read_allocation, read_device_class, read_slice
 from policies.devices.selectors import SelectorError, Version, parse_selector
@@ -72,7 +72,10 @@ def test_mapping_refuses_bad_entries(entry: str, words: str) -> None:
 
 # -- selectors -----------------------------------------------------------------------------
 
-H100 = {("gpu.muster.dev", "model"): "H100", ("gpu.muster.dev", "memory"): 80}
+H100: dict[tuple[str, str], str | int | bool | Version] = {
+    ("gpu.muster.dev", "model"): "H100",
+    ("gpu.muster.dev", "memory"): 80,
+}
 
 
 @pytest.mark.parametrize(
@@ -208,8 +211,9 @@ def test_capacity_counts_devices_the_mapped_classes_admit() -> None:
     # A class muster cannot read counts nothing, and says why.
     found.set_class("h100", {"metadata": {"name": "h100"}, "spec": {"selectors": [{}]}})
     assert found.capacity("n0") == Resources({"muster.dev/accelerator": 8})
-    assert "missing" in (found.class_problem("h100") or "")
-    assert "not found" in (found.class_problem("l40") or "")
+    assert "missing" in str(found.class_problem("h100"))
+    assert isinstance(found.class_problem("l40"), DeviceMissing)
+    assert "not found" in str(found.class_problem("l40"))
 
 
 def test_usage_on_leaves_out_claims_of_pods_counted_already() -> None:
