@@ -100,6 +100,16 @@ NEEDS: tuple[Need, ...] = (
         "get list watch create patch",
         "admission/listing.py; admission/writes.py write_record, get_object",
     ),
+    *(
+        need
+        for plural in ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates")
+        for need in _needs(
+            "resource.k8s.io",
+            plural,
+            "get list watch",
+            "admission/devicebook.py (listing, cachewatch); webhook/devices.py device_watches",
+        )
+    ),
     *_needs(
         "",
         "nodes",
