@@ -23,6 +23,10 @@ VERSION: Final = "v1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 
 
+FAKE_GPU: Final[Mapping[str, str | int | bool]] = {"model": "kwok-gpu", "memory": 80}
+"""The attributes of `muster cluster up --devices`' fake GPUs (memory in GiB)."""
+
+
 @dataclass(frozen=True)
 class DeviceShape:
     """The devices of each node of a group: `count` devices of `driver`, named

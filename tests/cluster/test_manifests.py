@@ -70,6 +70,7 @@ def _needs(group: str, resource: str, verbs: str, who: str, name: str | None = N
     return [Need(group, resource, verb, who, name) for verb in verbs.split()]
 
 
+DRA_RESOURCES = ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates")
 NEEDS: tuple[Need, ...] = (
     *_needs(
         "batch",
@@ -102,7 +103,12 @@ NEEDS: tuple[Need, ...] = (
     ),
     *(
         need
-        for plural in ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates")
+        for plural in (
+            "deviceclasses",
+            "resourceslices",
+            "resourceclaims",
+            "resourceclaimtemplates",
+        )
         for need in _needs(
             "resource.k8s.io",
             plural,
