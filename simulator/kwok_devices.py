@@ -16,6 +16,7 @@ from typing import Any
 
 from kubeport import kubeapi
 from kubeport.kubeapi import ApiError, KubeClient
+from policies.kinds.registry import kind_named, made_by_operator
 from simulator.kwok_objects import SIM_RUN, NodePlan, PodClaims
 from simulator.kwok_settings import KwokError
 from simulator.trace import Trace
@@ -38,14 +39,14 @@ def pod_claims(trace: Trace) -> dict[str, PodClaims]:
 
 
 def refuse(trace: Trace) -> None:
-    """What the kwok engine cannot replay with devices: a MiniCluster's pods (its operator's
-    pod template has no resourceClaims)."""
+    """What the kwok engine cannot replay with devices: the pods of a kind whose operator makes
+    its gang object (a MiniCluster's: the Flux Operator's pod template has no resourceClaims)."""
     for job in trace.jobs:
-        if job.devices and job.kind == "MiniCluster":
+        if job.devices and made_by_operator(kind_named(job.kind)):
             raise KwokError(
-                f"jobs {job.name}: a MiniCluster's pods cannot claim devices on kwok (the Flux "
-                "Operator's pod template has no resourceClaims); make it a Job, a JobSet or a "
-                "PodGroup, or replay in-process (--engine in-process)"
+                f"jobs {job.name}: a {job.kind}'s pods are made by its operator, whose pod "
+                "template cannot claim devices; make it a Job, a JobSet or a PodGroup, or "
+                "replay in-process (--engine in-process)"
             )
 
 
