@@ -163,7 +163,7 @@ def request_keys(gang: Gang) -> Iterable[frozenset[tuple[str, int]]]:
     yield gang.screen_key[1]
     for other in gang.others:
         yield other.screen_key()[0]  # type: ignore[misc]
-    if gang.shared:
+    if gang.shared is not None:
         yield frozenset(gang.shared.items())
 
 

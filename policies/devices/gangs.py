@@ -78,5 +78,5 @@ def claimed(gang: Gang, claims: GangClaims, catalog: DeviceCatalog) -> Gang:
             replace(o, requests=o.requests + per_set[o.name]) if per_set.get(o.name) else o
             for o in gang.others
         ),
-        shared=gang.shared + once,
+        shared=(gang.shared or Resources()) + once if once else gang.shared,
     )

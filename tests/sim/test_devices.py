@@ -10,8 +10,11 @@ import pytest
 
 from policies.resources import Resources
 from simulator.engine import simulate
+from simulator.kwok_devices import flags, namespace_templates, pod_claims, refuse
+from simulator.kwok_objects import gang_object, node_bodies
+from simulator.kwok_settings import KwokError
 from simulator.records import EngineConfig
-from simulator.trace import TraceError, from_dict, load
+from simulator.trace import TraceError, expand, from_dict, load
 from simulator.tracedevices import claim_templates, device_objects, without_devices
 
 GPU = "muster.dev/gpu"
@@ -115,3 +118,41 @@ def test_gpus_as_devices_give_the_same_decisions_as_gpus_as_extended_resources()
     assert len(gpu_nodes) == 8 and all(n.allocatable[GPU] == 8 for n in gpu_nodes)
     assert sum(n.allocatable["nvidia.com/gpu"] for n in extended.nodes()) == 64
     assert _decisions("gpu-mixed-dra") == _decisions("gpu-mixed")
+
+
+def test_the_kwok_engine_gives_devices_as_slices_and_claims_not_as_resources() -> None:
+    trace = load("gpu-mixed-dra")
+    plans = node_bodies(trace, "run")
+    gpu_nodes = [p for p in plans if p.trace_name.startswith("gpu-")]
+    assert all(GPU not in p.body["status"]["allocatable"] for p in plans)
+    assert len(gpu_nodes) == 8
+    session_objects = device_objects(
+        trace.devices, trace.node_groups, {1: [p.name for p in gpu_nodes]}
+    )
+    slices = [o for o in session_objects if o["kind"] == "ResourceSlice"]
+    assert sorted(s["spec"]["nodeName"] for s in slices) == sorted(p.name for p in gpu_nodes)
+    arrival = next(a for a in expand(trace) if a.group == "llm")
+    claims = pod_claims(trace)
+    assert set(claims) == {"llm", "finetune"}
+    obj = gang_object(
+        arrival, namespace="ns", admission="muster", scale=25, run="run", claims=claims["llm"]
+    )
+    pod = obj.body["spec"]["template"]["spec"]
+    assert pod["resourceClaims"] == [
+        {"name": "devices", "resourceClaimTemplateName": "llm-devices"}
+    ]
+    container = pod["containers"][0]["resources"]
+    assert GPU not in container["requests"] and container["claims"] == [{"name": "devices"}]
+    templates = namespace_templates(trace, {"default": "replay-ns"})
+    assert [(ns, t["metadata"]["name"]) for ns, t in templates] == [
+        ("replay-ns", "llm-devices"),
+        ("replay-ns", "finetune-devices"),
+    ]
+    assert flags(trace) == ("--device-class", f"gpu.muster.dev={GPU}")
+
+
+def test_the_kwok_engine_refuses_devices_on_pods_an_operator_makes() -> None:
+    doc = document(kind="MiniCluster")
+    with pytest.raises(KwokError, match="made by its operator"):
+        refuse(from_dict(doc))
+    refuse(from_dict(document()))  # a Job's pods claim devices
