@@ -253,3 +253,28 @@ def test_the_webhook_patch_is_the_same_with_or_without_claims(mapped: bool) -> N
     assert result["allowed"]
     ops = json.loads(base64.b64decode(result["patch"]))
     assert {"op": "add", "path": "/spec/suspend", "value": True} in ops
+
+
+def test_a_gang_mixing_extended_resources_and_claims_is_counted_once_for_each() -> None:
+    cache = cache_with_gpus(nodes=1, gpus=8, quota="8")
+    with_plugin = node("n0")
+    with_plugin["status"]["allocatable"]["nvidia.com/gpu"] = "4"
+    with_plugin["metadata"]["resourceVersion"] = "2"
+    cache.apply_node("MODIFIED", with_plugin)
+    assert cache.nodes["n0"].allocatable[GPU] == 8
+    assert cache.nodes["n0"].allocatable["nvidia.com/gpu"] == 4
+    cache.apply_device("resourceclaimtemplate", "ADDED", template(count=8))
+    mixed = gang_job("mixed", 1)
+    container = mixed["spec"]["template"]["spec"]["containers"][0]
+    container["resources"]["requests"]["nvidia.com/gpu"] = "4"
+    cache.apply_job("ADDED", mixed)
+    gang = cache.jobs["ns/mixed"].gang
+    assert gang.demand(1) == Resources({"cpu": 1000, "nvidia.com/gpu": 4, GPU: 8})
+    decisions = plan(cache.snapshot(0.0))
+    assert [a.gang_id for a in decisions.admitted] == ["ns/mixed"]
+    # With the queue's device quota at 4, the same gang waits on the devices alone.
+    spec = {"nominal": {GPU: "4", "nvidia.com/gpu": "4"}, "sizeRatio": None}
+    cache.apply_queue("MODIFIED", {"metadata": {"name": "q", "resourceVersion": "9"}, "spec": spec})
+    decisions = plan(cache.snapshot(0.0))
+    assert not decisions.admitted
+    assert GPU in decisions.reason("ns/mixed").message  # type: ignore[union-attr]
