@@ -215,11 +215,7 @@ def test_a_gang_is_admitted_whole_only_where_the_devices_are_free(
 
     busy = wait_for(taken, timeout=60, what="the other workload's claim allocated")
     path = jobs_path(dns)
-    # Every node's 8 GPUs for one pod each: 4 pods cannot fit while one node's are taken.
-    create_through_webhook(dkube, path, gpu_job("four", queue, NODES, runtime="30s"))
-    url = f"{dmuster.status_url}/v1/gangs/{dns}/four"
-    status = wait_for(lambda: pending_reason(url, "NoFit"), timeout=60, what="NoFit")
-    assert GPU in status["reason"]["message"], status
+    # Each pod takes a node's 8 GPUs: three fit, on the nodes the other workload left free.
     create_through_webhook(dkube, path, gpu_job("three", queue, NODES - 1, runtime="30s"))
     wait_for(lambda: admitted(job(dkube, dns, "three")), timeout=60, what="three admitted")
     planned = decode_placement(job(dkube, dns, "three")["metadata"]["annotations"][PLACEMENT], "")
@@ -230,7 +226,12 @@ def test_a_gang_is_admitted_whole_only_where_the_devices_are_free(
         what="claims allocated",
     )
     assert all(nodes == {node} and node != busy for node, nodes in placed), placed
-    assert not admitted(job(dkube, dns, "four"))
+    # No node has 8 GPUs free now: a gang of one such pod waits, though cpu is plenty.
+    create_through_webhook(dkube, path, gpu_job("one", queue, 1))
+    url = f"{dmuster.status_url}/v1/gangs/{dns}/one"
+    status = wait_for(lambda: pending_reason(url, "NoFit"), timeout=60, what="NoFit")
+    assert f"8 {GPU}" in status["reason"]["message"], status
+    assert not admitted(job(dkube, dns, "one"))
 
 
 def test_a_gang_that_can_never_get_its_devices_is_reported_at_create(
