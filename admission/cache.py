@@ -17,6 +17,8 @@ part it concerns:
 - `reservations` (`admission.reservations.Reservations`): where admitted gangs hold room;
 - `status` (`admission.statusview.StatusView`): gangs' versions and long-polls, and why each
   waiting gang waits, its position and its estimate;
+- `devices` (`admission.devicebook.DeviceBook`): the DRA objects, when a DeviceClass is
+  mapped: nodes' devices as resources, and gangs' claims;
 - `members` (`admission.members.MemberGangs`): the pods and records of gangs whose gang object
   is a set of pods (a pod group), made into virtual gang objects the cache applies as any;
 - `history` and `runtimes`: gangs seen finish or fail, and how long finished gangs ran.
@@ -30,6 +32,7 @@ from collections.abc import Callable, Collection, Mapping
 from functools import partial
 from typing import Any, Final
 
+from admission.devicebook import DEVICE_KINDS, DeviceBook
 from admission.gangs import JobRecord
 from admission.history import GangHistory
 from admission.jobstore import JobStore, Suspension, visible
@@ -40,6 +43,7 @@ from admission.queuebook import QueueBook
 from admission.reservations import Reservations
 from admission.statusview import StateMark, StatusView
 from policies import QueueTree, Reason, Snapshot
+from policies.devices import NO_DEVICES, DeviceMapping
 from policies.estimate import RuntimeHistory
 from policies.kinds import JOB, KINDS, Kind
 from policies.kinds.members import RECORDS
@@ -57,13 +61,17 @@ def _rv(body: Mapping[str, Any]) -> int:
 class Cache:
     """What the watches report, in parts; the facade the controller and the status read."""
 
-    def __init__(self, history: GangHistory | None = None) -> None:
+    def __init__(
+        self, history: GangHistory | None = None, devices: DeviceMapping = NO_DEVICES
+    ) -> None:
         self.jobs = JobStore()
         self.nodes = NodeTable()
         self.pods = PodLedger(self.nodes)
         self.queues = QueueBook()
         self.reservations = Reservations(self.jobs, self.pods, self.nodes)
         self.status = StatusView()
+        self.devices = DeviceBook(devices, self.jobs, self.nodes, self.pods, self.status)
+        """The DRA objects, when a DeviceClass is mapped (`admission.devicebook`)."""
         self.members = MemberGangs()
         self.history = history if history is not None else GangHistory()
         """Gangs seen finish or fail (admission/history.py), for /v1/history."""
@@ -104,6 +112,8 @@ class Cache:
         gang_kind = GANG_OBJECTS.get(kind)
         if gang_kind is not None:
             return partial(self.apply_gang, gang_kind)
+        if kind in DEVICE_KINDS:
+            return partial(self.apply_device, kind)
         return getattr(self, f"apply_{kind}")  # type: ignore[no-any-return]
 
     def apply_gang(
@@ -164,6 +174,8 @@ class Cache:
         if not self._fresh("pod", uid, body):
             return
         change = self.pods.apply(event, uid, meta, body)
+        if self.devices.pod_changed(uid):  # the claims made for it: its gang's, or not
+            self.changed.set()
         member = self.members.apply_pod(event, uid, meta, body)
         if member is not None:
             self.apply_gang(*member)  # its gang's virtual gang object changed
@@ -214,6 +226,11 @@ class Cache:
         if changed:
             self.changed.set()
 
+    def apply_device(self, kind: str, event: str | None, body: Mapping[str, Any]) -> None:
+        """A DRA object's event (`DEVICE_KINDS`): nodes' devices, gangs' claims."""
+        if self._fresh(kind, cache_key(kind, body), body) and self.devices.apply(kind, event, body):
+            self.changed.set()
+
     def apply_queue(self, event: str | None, body: Mapping[str, Any]) -> None:
         name = (body.get("metadata") or {}).get("name") or ""
         if not self._fresh("queue", name, body):
@@ -245,6 +262,8 @@ class Cache:
         store: Mapping[str, object]
         if gang_kind is not None:
             store = {k: r for k, r in self.jobs.items() if r.object_kind is gang_kind}
+        elif kind in DEVICE_KINDS:
+            store = dict.fromkeys(self.devices.keys(kind))
         else:
             store = stores[kind]
         gone = [
@@ -393,6 +412,12 @@ GANG_OBJECTS: Final[Mapping[str, Kind]] = {
 """The kinds of gang object the cache holds records of, by cache kind ("job", "jobset")."""
 
 
+NAMESPACED: Final = frozenset(
+    {*GANG_OBJECTS, "gangrecord", *(k for k, r in DEVICE_KINDS.items() if r.namespaced)}
+)
+"""Cache kinds held by "namespace/name" (pods: by uid; the others by name)."""
+
+
 def cache_kind(kind: Kind) -> str:
     """The cache kind of a gang object kind: "job", "jobset"."""
     return kind.name.lower()
@@ -400,7 +425,7 @@ def cache_kind(kind: Kind) -> str:
 
 def _tombstone(kind: str, key: str) -> dict[str, Any]:
     """The smallest body a DELETED event of this cache key needs."""
-    if kind in GANG_OBJECTS or kind == "gangrecord":
+    if kind in NAMESPACED:
         namespace, _, name = key.partition("/")
         return {"metadata": {"namespace": namespace, "name": name}}
     if kind == "pod":
@@ -411,7 +436,7 @@ def _tombstone(kind: str, key: str) -> dict[str, Any]:
 def cache_key(kind: str, body: Mapping[str, Any]) -> str:
     """The key under which the cache holds an object of this kind."""
     meta = body.get("metadata") or {}
-    if kind in GANG_OBJECTS or kind == "gangrecord":
+    if kind in NAMESPACED:
         return f"{meta.get('namespace')}/{meta.get('name')}"
     if kind == "pod":
         return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")

@@ -10,12 +10,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from policies import Gang, gangstate
+from policies.devices import DeviceCatalog, GangClaims, with_devices
 from policies.gangstate import GangState
 from policies.kinds.job import JOB
 from policies.kinds.kind import Kind, PodTemplate
 from policies.kinds.nativegroups import GroupLink
 from policies.kinds.pinning import Original
-from policies.kinds.reading import read_gang
+from policies.kinds.reading import Reading, read_gang
 from policies.kinds.registry import owner_of
 from policies.phase import eviction_counts, marked_failed
 from policies.vocabulary import (
@@ -120,6 +121,9 @@ class JobRecord:
     advanced_at: float | None = None
     started_at: float | None = None
     """When the cache saw the admitted gang's minimum of pods ready (its start, for history)."""
+    devices: DeviceReading | None = None
+    """What its pods claim through DRA, to add their devices again when the claims' objects
+    change (`with_claims`); None: no claim, or no DeviceClass mapped."""
 
     @property
     def key(self) -> str:
@@ -191,8 +195,31 @@ def _status_only(previous: JobRecord, body: Mapping[str, Any]) -> JobRecord:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceReading:
+    """A gang as read before its claims' devices were added, and its claims."""
+
+    gang: Gang
+    problem: str | None
+    """What reading the object found malformed (it outranks a claim that cannot be counted)."""
+    claims: GangClaims
+
+
+def with_claims(record: JobRecord, catalog: DeviceCatalog) -> JobRecord:
+    """`record` with its claims' devices as `catalog` counts them now (a template that came,
+    a DeviceClass that changed), or unchanged when it claims nothing."""
+    reading = record.devices
+    if reading is None:
+        return record
+    gang, problem = with_devices(reading.gang, reading.claims, catalog)
+    return replace(record, gang=gang, queue=gang.queue, parse_error=reading.problem or problem)
+
+
 def job_record(
-    body: Mapping[str, Any], previous: JobRecord | None = None, kind: Kind = JOB
+    body: Mapping[str, Any],
+    previous: JobRecord | None = None,
+    kind: Kind = JOB,
+    devices: DeviceCatalog | None = None,
 ) -> JobRecord:
     """The record of a managed gang object of ``kind``. Malformed muster fields are kept in
     `parse_error` (the gang then never gets admitted and its status says why) rather than
@@ -216,7 +243,8 @@ def job_record(
         return _status_only(previous, body)
     namespace, name = meta.get("namespace") or "", meta.get("name") or ""
     reading = read_gang(kind, namespace, name, spec, labels, annotations)
-    gang, marks, templates = reading.gang, reading.marks, reading.templates
+    marks, templates = reading.marks, reading.templates
+    gang, problem, device_reading = _claimed(reading, devices)
     first: Mapping[str, Any] = templates[0].template if templates else {}
     pod_labels: Mapping[str, str] = (first.get("metadata") or {}).get("labels") or {}
     counts = eviction_counts(annotations)
@@ -240,7 +268,7 @@ def job_record(
         requeue_at=counts.requeue_at,
         kind=gang.kind,
         gang_label=pod_labels.get(GANG) or name,
-        parse_error=reading.problem,
+        parse_error=problem,
         source=source,
         evicted_reason=annotations.get(EVICTED_REASON, ""),
         preempted_by=annotations.get(PREEMPTED_BY, ""),
@@ -262,7 +290,20 @@ def job_record(
         live_size=reading.live_size,
         incomplete=status.incomplete,
         incomplete_until=status.incomplete_until,
+        devices=device_reading,
     )
+
+
+def _claimed(
+    reading: Reading, devices: DeviceCatalog | None
+) -> tuple[Gang, str | None, DeviceReading | None]:
+    """The gang with its claims' devices (with `devices`: a DeviceClass is mapped), the
+    problem it waits with, and what `with_claims` needs to count them again."""
+    if reading.claims is None or devices is None:
+        return reading.gang, reading.problem, None
+    gang, problem = with_devices(reading.gang, reading.claims, devices)
+    again = DeviceReading(reading.gang, reading.problem, reading.claims)
+    return gang, reading.problem or problem, again
 
 
 def _owner(meta: Mapping[str, Any]) -> tuple[Kind, str] | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from admission.gangs import JobRecord, job_record
 from policies import Gang, Reason, Resources
+from policies.devices import DeviceCatalog
 from policies.kinds.kind import Kind
 from policies.lifecycle import Progress
 
@@ -38,7 +39,7 @@ class JobStore(dict[str, JobRecord]):
     """Managed Jobs' records by key, and the gang each Job runs (`gangs`)."""
 
     # Slots: a dict subclass's own attributes are read as fast as a plain object's only so.
-    __slots__ = ("gangs", "incomplete", "restores", "unfinished")
+    __slots__ = ("devices", "gangs", "incomplete", "restores", "unfinished")
 
     def __init__(self) -> None:
         super().__init__()
@@ -48,6 +49,9 @@ class JobStore(dict[str, JobRecord]):
         a cluster keeps finished Jobs by the thousand (50,000 in Kueue's large-scale benchmark),
         and each pass over them cost as much as the cycle's plan. A record is finished only as
         the watch reads it, so `__setitem__` and `remove` keep this whole."""
+        self.devices: DeviceCatalog | None = None
+        """What the cluster's DRA objects say (`admission.devicebook`): a gang's claims add
+        their devices to its pods' requests; None: no DeviceClass is mapped."""
         self.gangs: dict[str, str] = {}
         """Gang ("namespace/gang label") -> the key of its Job."""
         self.restores: set[str] = set()
@@ -84,7 +88,8 @@ class JobStore(dict[str, JobRecord]):
         """Read an event's body of a gang object of ``kind`` at `now` into the record held
         under `key` (`old`, if any), keeping what the controller knows and the object does not
         say yet."""
-        new = job_record(body, old if old is None or old.object_kind is kind else None, kind)
+        previous = old if old is None or old.object_kind is kind else None
+        new = job_record(body, previous, kind, self.devices)
         if old is not None and old.uid == new.uid:
             new.reached_min = old.reached_min
             new.below_min_since = old.below_min_since

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from admission.cache import GANG_OBJECTS, Cache, cache_key
+from admission.devicebook import DEVICE_KINDS
 from admission.writes import resource_of
 from kubeport import kubeapi
 from kubeport.kubeapi import ApiError, KubeClient
@@ -38,6 +39,9 @@ Listing = list[tuple[str, list[Any], int]]
 KINDS: tuple[tuple[str, str, Mapping[str, str] | None], ...] = (
     ("queue", QUEUES, None),
     ("node", NODES, None),
+    # Before the gang objects: a gang's claims are counted as its record is read. Only with a
+    # DeviceClass mapped (`Cache.devices.enabled`).
+    *((kind, resource.path(), None) for kind, resource in DEVICE_KINDS.items()),
     # Before the pods: a pod gang's virtual gang object is assembled from both, and one
     # assembled from its pods alone reads as never admitted (a finished group would enter the
     # history once, without its admission).
@@ -51,7 +55,7 @@ KINDS: tuple[tuple[str, str, Mapping[str, str] | None], ...] = (
 )
 """What the cache holds: (kind, collection path, LIST parameters); every gang object kind muster
 admits (`policies.kinds.registry`) among them."""
-LEAN_KINDS = frozenset({"pod", "gangrecord", *GANG_OBJECTS})
+LEAN_KINDS = frozenset({"pod", "gangrecord", *GANG_OBJECTS, *DEVICE_KINDS})
 """Kinds watched by `admission.cachewatch` (busy: every gang pod changes each several times);
 the others by kopf's `@on.event`."""
 
@@ -72,6 +76,17 @@ def _tolerated(kind: str, exc: ApiError) -> bool:
             "manifests/crd/"
         )
         return True
+    if exc.status in (403, 404) and kind in DEVICE_KINDS:
+        # A cluster without resource.k8s.io/v1 (before Kubernetes 1.34), or a ClusterRole from
+        # before DRA support: devices are not counted, the rest is admitted as before.
+        log.warning(
+            "cannot list %s (%s): DRA devices are not counted; grant get, list, watch on "
+            "resource.k8s.io deviceclasses, resourceslices, resourceclaims and "
+            "resourceclaimtemplates (manifests/base/rbac.yaml)",
+            DEVICE_KINDS[kind].plural,
+            exc.status,
+        )
+        return True
     if exc.status == 403 and kind == "namespace":
         # Read-only views (muster explain) may lack it; queues' namespaceSelectors are then
         # not checked (the controller's ClusterRole grants it).
@@ -84,6 +99,8 @@ def list_everything(client: KubeClient) -> Listing:
     """One LIST of each kind the cache holds: (kind, items, collection version). Blocking."""
     out: Listing = []
     for kind, path, params in KINDS:
+        if kind in DEVICE_KINDS:
+            continue  # the read-only views know no mapping: they count no device
         try:
             items, version = list_collection(client, path, params)
         except ApiError as exc:
@@ -103,6 +120,8 @@ async def load_everything(cache: Cache, client: KubeClient) -> dict[str, int]:
     """
     versions: dict[str, int] = {}
     for kind, path, params in KINDS:
+        if kind in DEVICE_KINDS and not cache.devices.enabled:
+            continue
         apply = cache.applier(kind)
         keys: set[str] = set()
         query = {"limit": "500", **(params or {})}

@@ -234,7 +234,9 @@ class PodLedger(dict[str, PodRecord]):
         node = self._views.get(name)
         if node is None:
             base = self.nodes[name]
-            node = replace(base, used=self.used_by_others.get(name, Resources()))
+            others = self.used_by_others.get(name)
+            # A node's own `used`: what DRA claims of other pods hold of its devices.
+            node = replace(base, used=base.used + others if others else base.used)
             self._views[name] = node
         return node
 

@@ -88,7 +88,7 @@ def run_process(
     client = KubeClient(credentials)
     view = _WebhookView(WebhookState(), [], None)
     if hook is not None:
-        view = _WebhookView(*webhook_view(client))
+        view = _WebhookView(*webhook_view(client, hook.devices))
         if view.state.queues is None:
             logging.warning(
                 "Queue CRD not installed (kubectl apply -f manifests/crd/); "

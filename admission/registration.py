@@ -95,7 +95,7 @@ def register(
     settings = settings or ControllerSettings()
     metrics = ControllerMetrics()
     metrics.track_requests(lambda: client.requests_sent)
-    cache = Cache(history=GangHistory(settings.history_limit))
+    cache = Cache(history=GangHistory(settings.history_limit), devices=settings.devices)
     runtime = Runtime(cache, metrics)
     parts = _Registration(client, settings, serve or ServeSettings(), peering, runtime)
     parts.watch_rare_kinds(registry)

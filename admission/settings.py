@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from policies.devices import NO_DEVICES, DeviceMapping
 from policies.lifecycle import REJECTED_GRACE
 from policies.packing import DEFAULT_PACKING, Packing
 from policies.topology import NO_TOPOLOGY, Topology
@@ -56,6 +57,9 @@ class ControllerSettings:
     progress (created, bound, ready), not from its admission (policies.lifecycle.check_clog,
     `started` and `advanced`): a gang a busy control plane is still starting is not evicted as
     clogged. Off: from the admission, as Kueue's waitForPodsReady."""
+    devices: DeviceMapping = NO_DEVICES
+    """The DeviceClasses whose devices muster counts, each as a resource (`--device-class`;
+    `policies.devices`); empty: DRA claims are not counted."""
     fail_rejected_after: float = REJECTED_GRACE
     """Seconds a gang must stay rejected (NeverFits, SizeRatioRejected) before it is marked
     Failed (policies.lifecycle.fails_rejected)."""

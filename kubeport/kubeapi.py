@@ -115,6 +115,12 @@ KOPF_PEERINGS: Final = Resource("kopf.dev", "v1", "clusterkopfpeerings", namespa
 POD_GROUPS: Final = Resource("scheduling.k8s.io", "v1beta1", "podgroups")
 """Kubernetes' own gangs (1.37 beta: served only with the GenericWorkload gate and its API
 version turned on; `KubeClient.serves` tells)."""
+DEVICE_CLASSES: Final = Resource("resource.k8s.io", "v1", "deviceclasses", namespaced=False)
+RESOURCE_SLICES: Final = Resource("resource.k8s.io", "v1", "resourceslices", namespaced=False)
+RESOURCE_CLAIMS: Final = Resource("resource.k8s.io", "v1", "resourceclaims")
+RESOURCE_CLAIM_TEMPLATES: Final = Resource("resource.k8s.io", "v1", "resourceclaimtemplates")
+"""Dynamic Resource Allocation (GA since Kubernetes 1.34): what muster reads to count devices
+(`policies.devices`), when a DeviceClass is mapped to a resource (`--device-class`)."""
 
 
 class ApiError(RuntimeError):

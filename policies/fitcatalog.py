@@ -67,18 +67,21 @@ class FitCatalog:
         """The quota ``gang`` admitted at ``size`` pods takes, every pod set's."""
         vector = self.vector(gang.pod_requests)
         main = size - gang.fixed
-        if not gang.others:
+        shared = gang.shared
+        if not gang.others and shared is None:
             return [(i, amount * main) for i, amount in enumerate(vector)]
         total = [amount * main for amount in vector]
         for other in gang.others:
             for i, amount in enumerate(self.vector(other.requests)):
                 total[i] += amount * other.count
+        for name, amount in (shared or {}).items():  # once per gang, and no pod of it
+            total[self.index[name]] += amount
         return list(enumerate(total))
 
     def dominant_share(self, gang: Gang, size: int) -> float:
         """The largest share of the cluster's capacity that ``gang`` at ``size`` pods asks for."""
         inverse = self.inverse_capacity
-        if not gang.others:
+        if not gang.others and gang.shared is None:
             request = self.vector(gang.pod_requests)
             return max((request[i] * inv for i, inv in inverse), default=0.0) * size
         total = dict(self.demand(gang, size))

@@ -270,6 +270,11 @@ class Gang:
     topology: TopologyRequest | None = None
     """Where its pods go among the cluster's topology domains (muster.dev/topology-required,
     -preferred; every pod set of the gang alike); None: anywhere, as before topology."""
+    shared: Resources | None = None
+    """What the gang takes once, whatever its size: the devices of the ResourceClaims its pods
+    share (`policies.devices`), in its quota and shares; no node's (kube-scheduler allocates
+    a shared claim where its first pod goes, and then the claim holds that node's devices).
+    None (nearly every gang): nothing; checked by identity on the planner's hot paths."""
     # Pods of ``others``: the part of ``size`` (and of ``min``) that never shrinks.
     fixed: int = field(init=False, repr=False, compare=False)
     # Within-queue order (priority first, then submission), precomputed for the planner's sort.
@@ -330,6 +335,8 @@ class Gang:
             key = (*key, tuple((o.count, o.screen_key()) for o in self.others))
         if self.topology is not None:  # last, so a gang without one keeps its key
             key = (*key, ("topology", self.topology.level, self.topology.required))
+        if self.shared is not None:  # after, so a gang without shared claims keeps its key
+            key = (*key, ("shared", frozenset(self.shared.items())))
         object.__setattr__(self, "screen_key", _canonical(key))
 
     def __hash__(self) -> int:
@@ -348,7 +355,7 @@ class Gang:
         demand = self.pod_requests.scale(size - self.fixed)
         for other in self.others:
             demand = demand + other.requests.scale(other.count)
-        return demand
+        return demand if self.shared is None else demand + self.shared
 
     @property
     def main(self) -> PodSet:

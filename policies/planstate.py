@@ -158,10 +158,13 @@ _NO_FIT = FitClass(request=(), nonzero=(), one_pod_per_node=False, pool=_NO_POOL
 
 
 def request_keys(gang: Gang) -> Iterable[frozenset[tuple[str, int]]]:
-    """The per-pod requests of every pod set of ``gang`` (as screen keys hold them)."""
+    """The per-pod requests of every pod set of ``gang`` (as screen keys hold them), and what
+    it takes once (`Gang.shared`)."""
     yield gang.screen_key[1]
     for other in gang.others:
         yield other.screen_key()[0]  # type: ignore[misc]
+    if gang.shared is not None:
+        yield frozenset(gang.shared.items())
 
 
 def resource_names(

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from simulator.controlplane.build import Binaries
+from simulator.kwok_devices import refuse as refuse_devices
 from simulator.kwok_replay import Replay
 from simulator.kwok_session import KwokSession, not_built
 from simulator.kwok_settings import (
@@ -59,6 +60,7 @@ def replay(
     submission lag, gang runs, wall time)."""
     # A trace no cluster replays is refused before anything else, even unbuilt binaries.
     refuse_pod_sets(trace, admissions)
+    refuse_devices(trace)
     missing = Binaries.at().missing() if settings.kubeconfig is None else []
     if missing:
         # Before anything else is said: nothing else matters until they are built.

@@ -41,6 +41,7 @@ class KwokMuster:
         settings: KwokSettings,
         log: Log,
         topology: Topology = NO_TOPOLOGY,
+        device_flags: tuple[str, ...] = (),
     ) -> KwokMuster:
         """Start muster against the cluster, its log in the output folder, with the trace's
         ``topology`` levels; refused when a muster webhook is registered already (two would
@@ -68,6 +69,7 @@ class KwokMuster:
                 "--policy",
                 settings.policy,
                 *topology_flags(topology),
+                *device_flags,
                 *settings.muster_args,
                 timeout=120,
                 log_path=log_path,

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kubeport import kubeapi
@@ -53,6 +53,7 @@ from policies.vocabulary import (
 from simulator.controlplane.nodes import FAKE_NODE_TAINT, kwok_node
 from simulator.records import Admission
 from simulator.trace import QueueSpec, SubmittedGang, Trace
+from simulator.tracedevices import without_devices
 
 SIM_RUN: Final = "muster.dev/sim-run"
 """Label on every object of one kwok replay (nodes, namespaces, Jobs, MiniClusters, pods)."""
@@ -123,7 +124,8 @@ def node_bodies(trace: Trace, run: str, *, prefix: str = "") -> list[NodePlan]:
     ]
     for node, group in zip(nodes, groups, strict=True):
         name = f"{prefix}{node.name}"
-        allocatable = quantities(node.allocatable)
+        # A node's DRA devices are its ResourceSlices' (`simulator.kwok_devices`), not its own.
+        allocatable = quantities(without_devices(node.allocatable, trace.devices))
         allocatable.setdefault("pods", DEFAULT_PODS)
         taints: list[dict[str, str]] = []
         for taint in node.taints:
@@ -269,6 +271,7 @@ def gang_object(
     node_selector: Mapping[str, str] | None = None,
     priority_shift: int = 0,
     labels: Mapping[str, str] | None = None,
+    claims: PodClaims | None = None,
 ) -> GangObject:
     """The Job, MiniCluster, JobSet or pod group's pods for one gang of the trace.
 
@@ -280,6 +283,8 @@ def gang_object(
     muster does not run to admit. Its priority
     (plus `priority_shift`, which keeps negative trace priorities in muster's 0..1e9) and its
     elastic wait (compressed by `scale`) and its topology request go in muster's annotations.
+    With `claims`, its pods claim their DRA devices through claim templates instead of
+    requesting them.
     """
     gang = arrival.gang
     parts = _PodParts.of(
@@ -289,6 +294,7 @@ def gang_object(
         run=run,
         node_selector=node_selector,
         extra_labels=labels or {},
+        claims=claims or NO_CLAIMS,
     )
     gang_fields: dict[str, str] = {}
     if gang.priority + priority_shift:
@@ -334,12 +340,48 @@ def _draft_sets(gang: Gang, parts: _PodParts, named: bool) -> tuple[DraftSet, ..
     """The gang's pod sets as its kind writes them: each set with its own requests, selector
     and tolerations for a kind that names its sets; else the gang's one set."""
     meta = {"labels": parts.pod_labels, "annotations": {GANG_RUNTIME: parts.runtime}}
+    claims = parts.claims
     if named:
         return tuple(
-            DraftSet(pod_set.name, pod_set.count, meta, _set_pod_spec(gang, pod_set, parts))
+            DraftSet(
+                pod_set.name,
+                pod_set.count,
+                meta,
+                claims.claim(_set_pod_spec(gang, pod_set, parts), pod_set.name),
+            )
             for pod_set in gang.pod_sets
         )
-    return (DraftSet("", gang.size, meta, _gang_pod_spec(gang, parts)),)
+    spec = claims.claim(_gang_pod_spec(gang, parts), gang.set_name)
+    return (DraftSet("", gang.size, meta, spec),)
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaims:
+    """How a gang's pods claim their DRA devices (`simulator.tracedevices`): the resources
+    their claims count as (which they do not request), and the claim template of each pod set
+    that claims any."""
+
+    resources: frozenset[str] = frozenset()
+    templates: Mapping[str, str] = field(default_factory=dict)
+
+    def requests(self, requests: Resources) -> Resources:
+        names = self.resources
+        if not names or not names & set(requests):
+            return requests
+        return Resources({k: v for k, v in requests.items() if k not in names})
+
+    def claim(self, spec: dict[str, Any], pod_set: str) -> dict[str, Any]:
+        """`spec` whose pods claim from `pod_set`'s template, if it has one."""
+        template = self.templates.get(pod_set)
+        if template is None:
+            return spec
+        spec["resourceClaims"] = [{"name": "devices", "resourceClaimTemplateName": template}]
+        for container in spec["containers"]:
+            container.setdefault("resources", {})["claims"] = [{"name": "devices"}]
+        return spec
+
+
+NO_CLAIMS: Final = PodClaims()
 
 
 @dataclass(frozen=True)
@@ -360,6 +402,7 @@ class _PodParts:
     """Created suspended (admission `external`: the outside controller unsuspends it)."""
     handed_labels: dict[str, str]
     """The labels that hand it to the outside controller (`external`), also in `jobLabels`."""
+    claims: PodClaims
 
     @classmethod
     def of(
@@ -371,6 +414,7 @@ class _PodParts:
         run: str,
         node_selector: Mapping[str, str] | None,
         extra_labels: Mapping[str, str],
+        claims: PodClaims,
     ) -> _PodParts:
         gang = arrival.gang
         name = gang.submitted.name
@@ -390,11 +434,12 @@ class _PodParts:
             selector={**dict(gang.node_selector), **dict(node_selector or {})},
             tolerations=tolerations,
             pod_labels={GANG: name, SIM_RUN: run},
-            resources=container_resources(gang.pod_requests),
+            resources=container_resources(claims.requests(gang.pod_requests)),
             labels=labels,
             minimum=str(gang.min),
             suspend=admission == "external",
             handed_labels=handed,
+            claims=claims,
         )
 
 
@@ -418,7 +463,7 @@ def _set_pod_spec(gang: Gang, pod_set: PodSet, parts: _PodParts) -> dict[str, An
     own requests, selector, tolerations, and a required anti-affinity to its own set's pods per
     node if it has one pod per node."""
     tolerations = [parts.tolerations[0], *(_toleration(t) for t in pod_set.tolerations)]
-    resources = container_resources(pod_set.requests)
+    resources = container_resources(parts.claims.requests(pod_set.requests))
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [{"name": "main", "image": "muster-sim", "resources": resources}],

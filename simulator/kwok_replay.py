@@ -23,6 +23,7 @@ from policies.kinds.members import RECORDS
 from policies.kinds.registry import kinds_named, pod_gang
 from policies.vocabulary import GANG_RECORD
 from simulator.controlplane.gangrun import GangRunner
+from simulator.kwok_devices import namespace_templates, pod_claims
 from simulator.kwok_figures import cpu_seconds, difference, replay_figures
 from simulator.kwok_objects import SIM_RUN
 from simulator.kwok_session import KwokSession
@@ -90,6 +91,8 @@ class Replay:
             namespace_objects=session.namespace_objects,
             node_selector={SIM_RUN: session.run} if session.node_prefix else None,
             flux_operator=session.flux_operator,
+            claims=pod_claims(trace),
+            templates=namespace_templates(trace, self.namespaces),
         )
         horizon = settings.horizon if settings.horizon is not None else trace.horizon
         self.horizon = horizon if horizon is not None else trace.default_horizon()

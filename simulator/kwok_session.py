@@ -42,6 +42,8 @@ from simulator.controlplane.operators import (
     is_present,
     source_of,
 )
+from simulator.kwok_devices import KwokDevices
+from simulator.kwok_devices import flags as device_flags
 from simulator.kwok_external import (
     ControllerProcess,
     ExternalError,
@@ -91,6 +93,8 @@ class KwokSession:
         """The `--namespace-manifest` objects and where they are created."""
         self.figures: dict[str, dict[str, Any]] = {}
         """Per admission: figures of the replay itself (looks, submission lag, wall time)."""
+        self.devices: KwokDevices | None = None
+        """The trace's DRA objects on the cluster (`simulator.kwok_devices`)."""
         self.flux_operator = False
         """The cluster runs the real Flux Operator: it makes the MiniClusters' Jobs, not
         muster's stand-in (`simulator.controlplane.minicluster.job_maker`)."""
@@ -290,6 +294,11 @@ class KwokSession:
                 f"{exc} (is kwok running with muster's stages? a cluster from `muster cluster "
                 "up` has it)"
             ) from None
+        if self.trace.devices.classes:
+            self.devices = KwokDevices(client, self.trace, self.run)
+            self._cleanups.append(("delete DRA objects", self.devices.delete_cluster_objects))
+            created = self.devices.create_cluster_objects(plans)
+            self.log(f"kwok engine: created {created} DeviceClasses and ResourceSlices")
 
     def _delete_nodes(self) -> None:
         if self.discards_cluster:
@@ -356,7 +365,12 @@ class KwokSession:
         self._cleanups.append(("stop muster", self._stop_muster))
         assert self.kubeconfig is not None
         self.muster = KwokMuster.start(
-            client, self.kubeconfig, self.settings, self.log, self.trace.topology
+            client,
+            self.kubeconfig,
+            self.settings,
+            self.log,
+            self.trace.topology,
+            device_flags(self.trace),
         )
 
     def _stop_muster(self) -> None:

@@ -21,8 +21,9 @@ from typing import Any
 from kubeport import kubeapi
 from kubeport.kubeapi import ApiError, KubeClient
 from simulator.controlplane.minicluster import JobMaker, MiniClusterReconciler, job_maker
+from simulator.kwok_devices import create_templates
 from simulator.kwok_external import in_namespace
-from simulator.kwok_objects import SIM_RUN, GangObject, gang_object, namespace_body
+from simulator.kwok_objects import SIM_RUN, GangObject, PodClaims, gang_object, namespace_body
 from simulator.kwok_settings import KwokError, KwokSettings, Log
 from simulator.kwok_timeline import Timeline
 from simulator.records import Admission
@@ -45,10 +46,15 @@ class Submitter:
         namespace_objects: Sequence[tuple[kubeapi.Resource, Mapping[str, Any]]],
         node_selector: Mapping[str, str] | None,
         flux_operator: bool = False,
+        claims: Mapping[str, PodClaims] | None = None,
+        templates: Sequence[tuple[str, Mapping[str, Any]]] = (),
     ) -> None:
         """``namespaces``: the replay's namespace of each trace namespace; ``node_selector``:
         the replay's own nodes, on a cluster that has others; ``flux_operator``: the cluster
-        runs the real Flux Operator, which makes the MiniClusters' Jobs."""
+        runs the real Flux Operator, which makes the MiniClusters' Jobs; ``claims``: how each
+        job group's pods claim their DRA devices, from ``templates`` (replay namespace, claim
+        template), created with the namespaces (`simulator.kwok_devices`)."""
+        self.templates = templates
         self.client = client
         self.flux_operator = flux_operator
         self.admission = admission
@@ -70,6 +76,7 @@ class Submitter:
                 node_selector=node_selector,
                 priority_shift=priority_shift,
                 labels=handed,
+                claims=(claims or {}).get(arrival.group),
             )
             for arrival in arrivals
         ]
@@ -93,6 +100,7 @@ class Submitter:
                         f"--namespace-manifest: cannot create {body['kind']} "
                         f"{body['metadata']['name']} in {namespace}: {exc.message}"
                     ) from None
+        create_templates(client, [(ns, dict(body)) for ns, body in self.templates])
 
     def delete_namespaces(self) -> None:
         for namespace in self.namespaces.values():

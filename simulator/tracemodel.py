@@ -6,10 +6,10 @@ its expansion into gangs in arrival order. Read by `simulator.traceparse`, CSV j
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from operator import itemgetter
-from typing import Literal
+from typing import Any, Final, Literal
 
 from policies import (
     Backoff,
@@ -25,11 +25,20 @@ from policies import (
     Taint,
     Toleration,
 )
+from policies.devices import DeviceCatalog, DeviceError, DeviceMapping
+from policies.devices.claims import claim_devices
 from policies.kinds import KindName
 from policies.kinds.registry import KINDS as REGISTERED_KINDS
 from policies.model import NeverFitsAction, Ordering
 from policies.packing import DEFAULT_PACKING, Packing
 from policies.topology import NO_TOPOLOGY, Topology, TopologyRequest, short_name
+from simulator.controlplane.dra import (
+    DRIVER,
+    DeviceShape,
+    claim_template,
+    device_class,
+    node_slice,
+)
 
 DEFAULT_TRACE = "blog-burst"
 """The trace `muster sim` replays when given none (shipped in simulator/traces/)."""
@@ -49,6 +58,72 @@ class TraceError(ValueError):
     """A trace that cannot run; the message names where (`jobs[2] (mc16).podRequests.cpu`)."""
 
 
+PodDevices = tuple[tuple[str, int], ...]
+"""DeviceClass name -> devices each pod claims (through one claim template), sorted."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceDeviceClass:
+    """One of `cluster.deviceClasses`: a DeviceClass of `driver`'s devices with `attributes`,
+    counted as `resource`."""
+
+    name: str
+    resource: str
+    driver: str = DRIVER
+    attributes: Mapping[str, str | int | bool] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        return device_class(self.name, self.driver, self.attributes)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceDevices:
+    """A trace's device classes (none: the trace has no DRA devices)."""
+
+    classes: tuple[TraceDeviceClass, ...] = ()
+
+    @property
+    def mapping(self) -> DeviceMapping:
+        """What `muster run --device-class` the kwok engine's muster gets."""
+        return DeviceMapping({c.name: c.resource for c in self.classes})
+
+    @property
+    def resources(self) -> frozenset[str]:
+        return frozenset(c.resource for c in self.classes)
+
+    def catalog(self) -> DeviceCatalog:
+        catalog = DeviceCatalog(self.mapping)
+        for device_class_ in self.classes:
+            catalog.set_class(device_class_.name, device_class_.body())
+        return catalog
+
+    def capacity(self, shapes: Sequence[DeviceShape]) -> Resources:
+        """What one node with devices `shapes` offers, as the controller reads its slices."""
+        catalog = self.catalog()
+        for i, shape in enumerate(shapes):
+            catalog.set_slice(f"s{i}", node_slice("node", replace(shape, prefix=f"d{i}")))
+        return catalog.capacity("node")
+
+    def per_pod(self, devices: PodDevices, where: str) -> Resources:
+        """What a pod claiming `devices` through one template requests, as the controller reads
+        the template; TraceError naming `where` for a class the trace does not define."""
+        known = {c.name for c in self.classes}
+        for name, _ in devices:
+            if name not in known:
+                raise TraceError(
+                    f"{where}.{name}: no such DeviceClass in cluster.deviceClasses; define it "
+                    f"there or use one of: {', '.join(sorted(known)) or 'none defined'}"
+                )
+        spec = claim_template("t", dict(devices))["spec"]["spec"]
+        try:
+            return claim_devices(spec, where, self.mapping, self.catalog().class_problem)
+        except DeviceError as exc:  # pragma: no cover - a trace's classes are all readable
+            raise TraceError(str(exc)) from None
+
+
+NO_TRACE_DEVICES: Final = TraceDevices()
+
+
 @dataclass(frozen=True, slots=True)
 class NodeGroup:
     """`count` identical nodes; with ``topology`` (level, domains) pairs, outermost first,
@@ -61,6 +136,9 @@ class NodeGroup:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     topology: tuple[tuple[str, int], ...] = ()
+    devices: tuple[DeviceShape, ...] = ()
+    """Each node's DRA devices (`devices`; `simulator.tracedevices`): in `allocatable` too, as
+    the resources their classes count as."""
 
     @property
     def total(self) -> int:
@@ -195,6 +273,9 @@ class JobGroup:
     (a workload class of Kueue's benchmark, say); "" = none. No decision reads it."""
     topology: TopologyRequest | None = None
     """The trace job's `topology` (required or preferred: a level), as a gang's annotation."""
+    devices: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    """Pod set name -> the DRA devices (DeviceClass, count) each of its pods claims
+    (`podDevices`; `simulator.tracedevices`): in the pod sets' requests too, as resources."""
 
     @property
     def min(self) -> int:
@@ -239,6 +320,8 @@ class Trace:
     slowdown: DomainSlowdown | None = None
     packing: Packing = DEFAULT_PACKING
     """The planner's packing strategy (`cluster.packing`)."""
+    devices: TraceDevices = NO_TRACE_DEVICES
+    """The DeviceClasses muster counts (`cluster.deviceClasses`)."""
 
     @property
     def gang_count(self) -> int:

@@ -15,6 +15,7 @@ from policies import PodSet, PolicyError, Resources, Taint, Toleration, fields
 from policies.packing import DEFAULT_PACKING, Packing, PackingError
 from policies.phase import parse_queue_limits
 from policies.queuespec import QUEUE_SPEC_FIELDS, parse_queue
+from simulator.tracedevices import device_classes, job_devices, node_devices, with_devices
 from simulator.tracemodel import (
     DEFAULT_POD_START_DELAY,
     KINDS,
@@ -34,7 +35,7 @@ from simulator.tracetopology import (
 )
 
 _TOP_FIELDS = ("name", "cluster", "queues", "jobs", "simulation")
-_NODE_FIELDS = ("count", "allocatable", "name", "labels", "taints", "topology")
+_NODE_FIELDS = ("count", "allocatable", "name", "labels", "taints", "topology", "devices")
 _QUEUE_FIELDS = ("name", *(f for f in QUEUE_SPEC_FIELDS if f != "namespaceSelector"))
 """A trace's queue: its name and the Queue spec's fields (a trace has no namespaces to
 select)."""
@@ -46,6 +47,7 @@ _JOB_FIELDS = (
     "size",
     "minSize",
     "podRequests",
+    "podDevices",
     "onePodPerNode",
     "runtime",
     "submit",
@@ -59,7 +61,7 @@ _JOB_FIELDS = (
     "class",
     "topology",
 )
-_POD_FIELDS = ("podRequests", "onePodPerNode", "nodeSelector", "tolerations")
+_POD_FIELDS = ("podRequests", "onePodPerNode", "nodeSelector", "tolerations", "podDevices")
 """A job's per-pod fields: its one pod set's, or, with podSets, each pod set's."""
 _POD_SET_FIELDS = ("name", "count", *_POD_FIELDS)
 _SIM_FIELDS = ("podStartDelay", "horizon", "crossDomainSlowdown")
@@ -69,7 +71,10 @@ def from_dict(data: object, *, source: str = "<trace>", default_name: str = "tra
     """Validate a parsed trace document and build a `Trace`."""
     top = _mapping(data, "trace", _TOP_FIELDS)
     name = _str(top.get("name", default_name), "name")
-    cluster = _mapping(top.get("cluster"), "cluster", ("nodes", "topology", "packing"))
+    cluster = _mapping(
+        top.get("cluster"), "cluster", ("nodes", "topology", "packing", "deviceClasses")
+    )
+    devices = device_classes(cluster.get("deviceClasses", []))
     topology = cluster_topology(cluster.get("topology"))
     packing = _packing(cluster.get("packing"))
     node_items = _list(cluster.get("nodes"), "cluster.nodes", required=True)
@@ -87,6 +92,7 @@ def from_dict(data: object, *, source: str = "<trace>", default_name: str = "tra
             raise TraceError("simulation.horizon: must be positive, e.g. 24h")
     job_items = _list(top.get("jobs"), "jobs", required=True)
     jobs = tuple(job_group(item, i) for i, item in enumerate(job_items))
+    node_groups, jobs = with_devices(devices, node_groups, jobs)
     trace = Trace(
         name=name,
         node_groups=node_groups,
@@ -98,6 +104,7 @@ def from_dict(data: object, *, source: str = "<trace>", default_name: str = "tra
         topology=topology,
         slowdown=slowdown(sim.get("crossDomainSlowdown"), topology),
         packing=packing,
+        devices=devices,
     )
     check(trace)
     return trace
@@ -182,6 +189,7 @@ def _node_group(item: object, index: int) -> NodeGroup:
         labels=labels,
         taints=taints,
         topology=node_topology(data.get("topology"), f"{where}.topology"),
+        devices=node_devices(data.get("devices", []), f"{where}.devices"),
     )
 
 
@@ -269,6 +277,7 @@ def job_group(item: object, index: int) -> JobGroup:
         set_name=main.name,
         class_name=_str(data.get("class", ""), f"{where}.class", allow_empty=True),
         topology=job_topology(data.get("topology"), f"{where}.topology"),
+        devices=job_devices(data, where),
     )
 
 

@@ -42,6 +42,9 @@ def job(
     deadline: int | None = None,
     resource_version: int | None = None,
     status: Mapping[str, Any] | None = None,
+    extended: Mapping[str, str] | None = None,
+    claim_templates: Sequence[str] = (),
+    shared_claims: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A Job named `name`, labelled for `queue` (None: unlabelled; "" labels it with no queue)
     besides `labels`.
@@ -52,7 +55,9 @@ def job(
     (by default kwok's nodes'; none: no tolerations, as a pod of a cluster without kwok), selects
     `node_selector`; with `gang_label` it carries the
     `muster.dev/gang` label the webhook stamps. `owner` is its controller's reference,
-    `deadline` its activeDeadlineSeconds.
+    `deadline` its activeDeadlineSeconds. Its pods also request `extended` resources and use
+    a claim made from each of `claim_templates` and each ResourceClaim of `shared_claims`
+    (DRA devices: `spec.resourceClaims`, named `c0`, `c1`, ..., each used by the container).
 
     Stored: with a `resource_version` it has the uid (`uid-NAME`) and resourceVersion the
     apiserver gives, and a `status` (also given alone)."""
@@ -74,6 +79,7 @@ def job(
         "spec": _spec(name, pods, completions, indexed, suspend, gang_label, runtime),
     }
     body["spec"]["template"]["spec"] = _pod(cpu, node_selector, tolerations)
+    _devices(body["spec"]["template"]["spec"], extended, claim_templates, shared_claims)
     if deadline is not None:
         body["spec"]["activeDeadlineSeconds"] = deadline
     if status is not None or resource_version is not None:
@@ -122,6 +128,25 @@ def _pod(
     if node_selector:
         pod["nodeSelector"] = dict(node_selector)
     return pod
+
+
+def _devices(
+    pod: dict[str, Any],
+    extended: Mapping[str, str] | None,
+    templates: Sequence[str],
+    shared: Sequence[str],
+) -> None:
+    container = pod["containers"][0]
+    if extended:
+        requests = container.setdefault("resources", {}).setdefault("requests", {})
+        requests.update(extended)
+    claims = [{"resourceClaimTemplateName": t} for t in templates]
+    claims += [{"resourceClaimName": c} for c in shared]
+    if claims:
+        pod["resourceClaims"] = [{"name": f"c{i}", **c} for i, c in enumerate(claims)]
+        container.setdefault("resources", {})["claims"] = [
+            {"name": f"c{i}"} for i in range(len(claims))
+        ]
 
 
 def stamp(seq: int, at: float) -> str:

@@ -15,9 +15,11 @@ import threading
 from kubeport import kubeapi
 from kubeport.kubeapi import ApiError, KubeClient
 from kubeport.streamwatch import StreamWatch, list_collection
+from policies.devices import NO_DEVICES, DeviceMapping
 from policies.kinds import Kind
 from policies.kinds.registry import KINDS, POD_GANGS, made_by_operator
 from policies.vocabulary import QUEUE
+from webhook.devices import WebhookDevices, device_watches
 from webhook.handlers import set_queue, stamp_of
 from webhook.review import WebhookState
 
@@ -182,14 +184,19 @@ def load_nodes(client: KubeClient, state: WebhookState) -> int | None:
 
 
 def webhook_view(
-    client: KubeClient,
+    client: KubeClient, devices: DeviceMapping = NO_DEVICES
 ) -> tuple[WebhookState, list[tuple[StreamWatch, int]], ManagedJobs]:
     """The webhook's state, loaded (`load_state`), with its streams, not started yet: the
-    lean ones (`webhook_watches`), each with the version to start from, and the managed Jobs'."""
+    lean ones (`webhook_watches`; with `devices` mapped, the DRA objects': `webhook.devices`),
+    each with the version to start from, and the managed Jobs'."""
     state, jobs_version = load_state(client)
     managed_jobs = ManagedJobs(client, state, jobs_version)
     state.limits_changed = managed_jobs.sync
-    return state, webhook_watches(client, state), managed_jobs
+    watches = webhook_watches(client, state)
+    if devices:
+        state.devices = WebhookDevices(devices, state.never_fits)
+        watches += device_watches(client, state.devices)
+    return state, watches, managed_jobs
 
 
 def webhook_watches(client: KubeClient, state: WebhookState) -> list[tuple[StreamWatch, int]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from policies.decisions import Reason
@@ -29,6 +30,7 @@ from policies.model import Gang, NeverFitsAction, Node, PolicyError, Queue, Queu
 from policies.objects import node_from
 from policies.planner import NeverFitsScreen
 from policies.readiness import queue_readiness
+from policies.resources import Resources
 
 
 class NeverFitsCheck:
@@ -40,6 +42,7 @@ class NeverFitsCheck:
         self._queues: dict[str, Queue | None] = {}
         self._errors: dict[str, str] = {}
         self._nodes: dict[str, Node] | None = None
+        self._devices: dict[str, Resources] = {}
         self._screen: NeverFitsScreen | None = None
         self._tree: QueueTree | None = None
         self._warnings: Counter[str] = Counter()
@@ -95,6 +98,13 @@ class NeverFitsCheck:
             self._nodes = nodes
             self._screen = None
 
+    def set_devices(self, capacities: Mapping[str, Resources]) -> None:
+        """Each node's DRA devices as resources (`webhook.devices`): part of what it offers."""
+        with self._lock:
+            if capacities != self._devices:
+                self._devices = dict(capacities)
+                self._screen = None
+
     @property
     def nodes_synced(self) -> bool:
         return self._nodes is not None
@@ -124,9 +134,18 @@ class NeverFitsCheck:
         if screen is None:
             screen = self._screen = NeverFitsScreen(
                 self._tree_of_ready(),
-                None if self._nodes is None else list(self._nodes.values()),
+                None if self._nodes is None else self._with_devices(self._nodes.values()),
             )
         return screen
+
+    def _with_devices(self, nodes: Iterable[Node]) -> list[Node]:
+        devices = self._devices
+        if not devices:
+            return list(nodes)
+        return [
+            replace(n, allocatable=n.allocatable + devices[n.name]) if n.name in devices else n
+            for n in nodes
+        ]
 
     def _tree_of_ready(self) -> QueueTree:
         """The Ready queues, as the controller plans with them (`admission.cache`)."""
@@ -162,18 +181,18 @@ def gang_at_create(
     controller's own reader (`policies.kinds.reading.gang_of`, the gang alone)."""
     meta = dict(obj.get("metadata") or {})
     meta.setdefault("namespace", namespace)
-    gang_object = kind.gang_object(_merged({**obj, "metadata": meta}, patch))
+    gang_object = kind.gang_object(merged({**obj, "metadata": meta}, patch))
     return gang_of(kind_named(str(gang_object.get("kind") or "")), gang_object)
 
 
-def _merged(obj: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+def merged(obj: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     """`patch` (a merge patch without deletions) applied to `obj`, copying only the mappings
     along its paths (the rest is shared with `obj`, which stays as it was)."""
     out = dict(obj)
     for key, value in patch.items():
         current = out.get(key)
         if isinstance(value, Mapping) and isinstance(current, Mapping):
-            out[key] = _merged(current, value)
+            out[key] = merged(current, value)
         else:
             out[key] = value
     return out

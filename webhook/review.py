@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from policies.kinds import KindName
+from policies.kinds import Kind, KindName
 from policies.kinds.fields import pointer
 from policies.kinds.members import PodGang
 from policies.kinds.registry import owner_of, pod_gang
@@ -32,6 +32,7 @@ from webhook.decision import (
     decide_create,
     decide_update,
 )
+from webhook.devices import DevicesRefused, WebhookDevices
 from webhook.members import MemberBook, decide_member_create
 from webhook.neverfits import NeverFitsCheck, gang_at_create
 
@@ -56,6 +57,8 @@ class WebhookState:
     """The Queues' specs and the Nodes, to tell a gang that can never run (issue #15)."""
     members: MemberBook = field(default_factory=MemberBook)
     """The pods of each pod group, so a pod that disagrees with its group is refused."""
+    devices: WebhookDevices | None = None
+    """The DRA objects, when a DeviceClass is mapped (`webhook.devices`): gangs' claims."""
     native_gangs: bool = False
     """The cluster serves PodGroups (discovery at start): new gangs are linked to theirs."""
     limits_changed: Callable[[], None] | None = None
@@ -183,13 +186,8 @@ def decide(
     if owner is not None:
         return decision
     if decision.managed and (queue := decision.queue) is not None:
-        decision = _screen(
-            state,
-            decision,
-            queue,
-            partial(gang_at_create, kind, obj, namespace, decision.patch),
-            kind.size_fields,
-        )
+        decision, read = _claims(state, decision, kind, obj, namespace)
+        decision = _screen(state, decision, queue, read, kind.size_fields)
         _admit_gang(state, kind.name, namespace, name, queue, dry_run)
     return decision
 
@@ -210,16 +208,36 @@ def _decide_member(
         return decision
     key = (kind.name, str(common["namespace"]), str(decision.patch["metadata"]["labels"][GANG]))
     if state.members.first(key) is None:
-        decision = _screen(
-            state,
-            decision,
-            queue,
-            partial(gang_at_create, kind, pod, str(common["namespace"]), decision.patch),
-            kind.size_fields,
-        )
+        decision, read = _claims(state, decision, kind, pod, str(common["namespace"]))
+        decision = _screen(state, decision, queue, read, kind.size_fields)
     if not dry_run:
         state.members.allow(key, member)
     return decision
+
+
+def _claims(
+    state: WebhookState,
+    decision: Decision,
+    kind: Kind,
+    obj: Mapping[str, Any],
+    namespace: str,
+) -> tuple[Decision, Callable[[], Gang]]:
+    """The created gang's DRA claims (`webhook.devices`): `DevicesRefused` for one muster
+    cannot count, a warning for one whose object is not there yet; and how the never-fits
+    screen reads the gang (with its devices)."""
+    read = partial(gang_at_create, kind, obj, namespace, decision.patch)
+    devices = state.devices
+    if devices is None:
+        return decision, read
+    try:
+        gang, warning = devices.gang_at_create(kind, obj, namespace, decision.patch)
+    except DevicesRefused:
+        raise
+    except (ValueError, TypeError, KeyError):
+        return decision, read  # the controller says why it waits (see `_screen`)
+    if warning is not None:
+        decision = replace(decision, warnings=(*decision.warnings, warning))
+    return decision, lambda: gang
 
 
 def _screen(

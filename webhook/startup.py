@@ -26,6 +26,7 @@ from typing import Any, Literal
 from kubeport import kubeapi
 from kubeport.kubeapi import SELF_SUBJECT_REVIEWS, ApiError, KubeClient
 from kubeport.statusauth import StatusAuth, access_for
+from policies.devices import NO_DEVICES, DeviceMapping
 from policies.submitted import SubmissionClock
 from webhook import handlers
 from webhook.configuration import NAME as WEBHOOK_CONFIG_NAME
@@ -59,6 +60,9 @@ class WebhookServe:
     """The webhook's own /metrics; 0: a free port; -1: off."""
     status_auth: StatusAuth = "none"
     """Who may read the metrics (kubeport/statusauth.py)."""
+    devices: DeviceMapping = NO_DEVICES
+    """The DeviceClasses muster counts (`--device-class`): gangs' claims are read at create
+    (`webhook.devices`)."""
 
 
 def serving_tls(serve: WebhookServe, where: Path) -> tuple[str, str, bytes]:

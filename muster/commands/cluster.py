@@ -9,6 +9,7 @@ from typing import Any
 
 from simulator.controlplane.build import BuildError, ensure_built, ensure_helm
 from simulator.controlplane.cluster import LocalCluster
+from simulator.controlplane.dra import FAKE_GPU, DeviceShape
 from simulator.controlplane.errors import ClusterError
 from simulator.controlplane.features import parse_feature_gates
 from simulator.controlplane.nodes import NodeShape
@@ -111,6 +112,15 @@ class Up:
             "--gpu", default=None, help="nvidia.com/gpu per node (omit for CPU-only nodes)"
         )
         parser.add_argument(
+            "--devices",
+            type=int,
+            default=0,
+            metavar="N",
+            help="DRA devices per node: a ResourceSlice of N devices of the fake driver "
+            "gpu.muster.dev (gpu-0.., attributes model and memory), and the DeviceClass "
+            "gpu.muster.dev selecting them (docs/devices.md); default 0: none",
+        )
+        parser.add_argument(
             "--label",
             action="append",
             default=[],
@@ -140,14 +150,15 @@ class Up:
             "them.\n\nexamples:\n  muster cluster up --nodes 1000\n"
             "  muster cluster up --nodes 8 --cpu 8 --memory 30Gi --label zone=a --group a\n"
             "  muster cluster up --nodes 100 --operators jobset,flux\n"
+            "  muster cluster up --name dra --nodes 8 --devices 8 --group gpu\n"
             "  muster cluster up --name gangs --nodes 16 --feature-gates GenericWorkload=true\n"
             '  eval "$(muster cluster env)"; kubectl get nodes'
         )
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        if args.nodes < 0:
-            _err("muster cluster up: --nodes must be >= 0")
+        if args.nodes < 0 or args.devices < 0:
+            _err("muster cluster up: --nodes and --devices must be >= 0")
             return 2
         cluster = LocalCluster(name=args.name, log=_err)
         try:
@@ -157,6 +168,7 @@ class Up:
                 pods=args.pods,
                 extended={"nvidia.com/gpu": args.gpu} if args.gpu else {},
                 labels=_parse_labels(args.label),
+                devices=DeviceShape(args.devices, attributes=FAKE_GPU) if args.devices else None,
             )
             gates = parse_feature_gates(args.feature_gates) if args.feature_gates else None
             cluster.up(

@@ -34,6 +34,8 @@ from kubeport.credentials import Credentials, KubeconfigSource, source_for
 from kubeport.kubeapi import KubeconfigError
 from kubeport.statusauth import StatusAuth
 from muster.commands.packingargs import add_packing_arguments, packing_from
+from policies.devices import DeviceMapping
+from policies.model import PolicyError
 from policies.packing import DEFAULT_PACKING, PackingError
 from policies.topology import NO_TOPOLOGY, Topology, TopologyError
 from webhook.decision import WebhookSettings
@@ -152,6 +154,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_packing_arguments(parser, "lexicographic")
     parser.add_argument(
+        "--device-class",
+        dest="device_classes",
+        action="append",
+        default=[],
+        metavar="CLASS=RESOURCE",
+        help="count the DRA devices of DeviceClass CLASS as resource RESOURCE (repeatable), "
+        "e.g. gpu.nvidia.com=muster.dev/gpu: the claims of gangs, the quota of Queues and the "
+        "ResourceSlices of nodes then name it like an extended resource (docs/devices.md); "
+        "default none: claims are not counted",
+    )
+    parser.add_argument(
         "--deadlock-grace",
         type=float,
         default=10.0,
@@ -244,6 +257,7 @@ def _webhook_child_argv(args: argparse.Namespace, port: int) -> list[str]:
     argv += ["--status-addr", args.status_addr, "--status-auth", status_auth(args)]
     argv += ["--webhook-metrics-port", str(webhook_metrics_port(args))]
     argv += ["--webhook-server", args.webhook_server, "--event-loop", args.event_loop]
+    argv += device_mapping(args).flags()
     for flag, value in (
         ("--kubeconfig", args.kubeconfig),
         ("--context", args.context),
@@ -275,7 +289,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         packing_from(args)
-    except PackingError as exc:
+        device_mapping(args)
+    except (PackingError, PolicyError) as exc:
         print(f"muster run: {exc}", file=sys.stderr)
         return 2
     source = source_for(args.kubeconfig, args.context)
@@ -330,6 +345,11 @@ def _topology_levels(text: str) -> Topology:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def device_mapping(args: argparse.Namespace) -> DeviceMapping:
+    """`--device-class` entries as one mapping; PolicyError naming a bad one."""
+    return DeviceMapping.parse(args.device_classes)
+
+
 def process_settings(args: argparse.Namespace) -> ProcessSettings:
     """What `args` ask one process to run: the controller's settings and where it serves,
     the webhook's, peering (a random priority unless given) and the event loop."""
@@ -344,6 +364,7 @@ def process_settings(args: argparse.Namespace) -> ProcessSettings:
         clog_progress=not args.clog_from_admission,
         history_limit=args.history_limit,
         fail_rejected_after=args.fail_rejected_after,
+        devices=device_mapping(args),
     )
     return ProcessSettings(
         controller=None if args.no_controller else controller,
@@ -377,6 +398,7 @@ def _webhook_serve(args: argparse.Namespace) -> WebhookServe:
         metrics_addr=args.status_addr,
         metrics_port=webhook_metrics_port(args),
         status_auth=status_auth(args),
+        devices=device_mapping(args),
     )
 
 

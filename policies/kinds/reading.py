@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from policies.devices.catalog import DeviceCatalog
+from policies.devices.gangs import GangClaims, gang_claims, with_devices
 from policies.durations import DurationError, shown
 from policies.kinds.fields import FieldError, GangFields, queue_of
 from policies.kinds.kind import Kind, PodTemplate
@@ -65,15 +67,19 @@ def gang_pending(kind: Kind, body: Mapping[str, Any]) -> bool:
     )
 
 
-def gang_of(kind: Kind, body: Mapping[str, Any]) -> Gang:
+def gang_of(kind: Kind, body: Mapping[str, Any], devices: DeviceCatalog | None = None) -> Gang:
     """The gang a record of ``body`` holds, read without the rest of the record (the status,
     eviction counts, the pin): what the webhook's never-fits screen asks about at create, about
-    a third of the record's cost."""
+    a third of the record's cost. With `devices`, its claims' devices are added (a claim that
+    cannot be counted yet adds nothing)."""
     meta = body.get("metadata") or {}
     namespace, name = meta.get("namespace") or "", meta.get("name") or ""
     labels: Mapping[str, str] = meta.get("labels") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
-    return read_gang(kind, namespace, name, body.get("spec") or {}, labels, annotations).gang
+    reading = read_gang(kind, namespace, name, body.get("spec") or {}, labels, annotations)
+    if reading.claims is None or devices is None:
+        return reading.gang
+    return with_devices(reading.gang, reading.claims, devices)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +102,9 @@ class Reading:
     links: tuple[GroupLink, ...] = ()
     """Its pod templates' links to the PodGroups muster named for it (`links_of`); empty: the
     gang is not native (released by pins alone)."""
+    claims: GangClaims | None = None
+    """The DRA claims its pods use (`policies.devices.gang_claims`); None: none. `gang` does
+    not hold their devices yet: `policies.devices.with_devices` adds them."""
 
 
 def read_gang(
@@ -118,7 +127,10 @@ def read_gang(
     if RESTORE in annotations:
         live_size = _live_size(kind, spec, live_size)
     links = links_of(templates, annotations.get(SUBMITTED, ""))
-    return Reading(problem.message, marks, fields, gang, templates, gang_kind, live_size, links)
+    claims = gang_claims(namespace, [(t.name, t.template.get("spec") or {}) for t in templates])
+    return Reading(
+        problem.message, marks, fields, gang, templates, gang_kind, live_size, links, claims
+    )
 
 
 def _live_size(kind: Kind, spec: Mapping[str, Any], default: int) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 
 from kubeport import kubeapi
 from kubeport.kubeapi import ApiError, KubeClient
+from simulator.controlplane.dra import DeviceShape, device_class, ensure_class, ensure_slice
 from simulator.controlplane.errors import ClusterError
 
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -31,6 +32,8 @@ class NodeShape:
     pods: str = "110"
     extended: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
+    devices: DeviceShape | None = None
+    """Its DRA devices: a ResourceSlice per node, and the driver's DeviceClass (`dra`)."""
 
     def allocatable(self) -> dict[str, str]:
         return {"cpu": self.cpu, "memory": self.memory, "pods": self.pods, **self.extended}
@@ -80,6 +83,8 @@ def ensure_nodes(
     wanted = [f"kwok-{group}-{i}" for i in range(count)]
     missing = [name for name in wanted if name not in existing]
     started = time.monotonic()
+    if shape.devices is not None:
+        ensure_class(client, device_class(shape.devices.driver, shape.devices.driver))
     if missing:
         log(f"creating {len(missing)} kwok nodes in group {group!r} ...")
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -95,10 +100,13 @@ def ensure_nodes(
 def _create_node(client: KubeClient, name: str, shape: NodeShape, group: str) -> None:
     body = kwok_node(name, shape.allocatable(), {NODE_GROUP_LABEL: group, **shape.labels})
     try:
-        client.create(kubeapi.NODES.path(), body)
+        created = client.create(kubeapi.NODES.path(), body)
     except ApiError as exc:
         if exc.status != 409:
             raise
+        created = client.get(kubeapi.NODES.path(name=name))
+    if shape.devices is not None:
+        ensure_slice(client, name, shape.devices, created["metadata"].get("uid") or "")
 
 
 def count_ready(nodes: Sequence[Mapping[str, Any]]) -> int:

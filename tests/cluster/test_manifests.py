@@ -75,6 +75,7 @@ def _needs(group: str, resource: str, verbs: str, who: str, name: str | None = N
     return [Need(group, resource, verb, who, name) for verb in verbs.split()]
 
 
+DRA_RESOURCES = ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates")
 NEEDS: tuple[Need, ...] = (
     *_needs(
         "batch",
@@ -104,6 +105,21 @@ NEEDS: tuple[Need, ...] = (
         "gangrecords",
         "get list watch create patch",
         "admission/listing.py; admission/writes.py write_record, get_object",
+    ),
+    *(
+        need
+        for plural in (
+            "deviceclasses",
+            "resourceslices",
+            "resourceclaims",
+            "resourceclaimtemplates",
+        )
+        for need in _needs(
+            "resource.k8s.io",
+            plural,
+            "get list watch",
+            "admission/devicebook.py (listing, cachewatch); webhook/devices.py device_watches",
+        )
     ),
     *_needs(
         "",

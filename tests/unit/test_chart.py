@@ -169,6 +169,7 @@ VALUES: dict[str, Any] = {
     "logLevel": "debug",
     "statusAuth": "none",
     "topologyLevels": ["example.com/block", "example.com/rack"],
+    "deviceClasses": {"gpu.example.com": "example.com/gpu"},
     "extraArgs": ["--fail-rejected-after=600"],
     "nodeSelector": {"pool": "system"},
     "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
@@ -202,13 +203,14 @@ def test_every_value_reaches_the_objects_it_names(tmp_path: Path) -> None:
     assert pod["imagePullSecrets"] == [{"name": "pull"}]
     assert c["resources"] == VALUES["resources"]
     assert "--status-auth=none" in c["args"] and "--status-auth=kubernetes" not in c["args"]
-    assert c["args"][-3:] == [
+    assert c["args"][-4:] == [
         "--topology-levels=example.com/block,example.com/rack",
+        "--device-class=gpu.example.com=example.com/gpu",
         "--verbose",
         "--fail-rejected-after=600",
     ]
     # Every other flag is the manifest's, in its order.
-    assert [a for a in c["args"] if not a.startswith("--status-auth")][: len(c["args"]) - 4] == [
+    assert [a for a in c["args"] if not a.startswith("--status-auth")][: len(c["args"]) - 5] == [
         a for a in container(default)["args"] if not a.startswith("--status-auth")
     ]
     assert pod["nodeSelector"] == {"pool": "system"}
@@ -245,6 +247,7 @@ def test_a_digest_pins_the_image_and_network_policy_can_be_left_out() -> None:
         ("webhook.failurePolicy=Maybe", "/webhook/failurePolicy"),
         ("statusAuth=basic", "/statusAuth"),
         ("topologyLevels={rack,a b}", "/topologyLevels/1"),
+        ("deviceClasses.gpu=cpu memory", "/deviceClasses/gpu"),
         ("image.digest=latest", "/image/digest"),
         ("replicas=3", "replicas"),  # a typo of replicaCount is refused, not ignored
     ],
