@@ -39,6 +39,26 @@ def test_a_family_trace_is_valid_deterministic_and_has_a_flood_and_big_gangs(see
     assert 3 <= len(leaves) <= 4
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_nominal_quotas_split_every_node_the_queues_can_use(seed: int) -> None:
+    # The cohort holds no more than its queues' nominal quotas: quotas that split only the CPU
+    # nodes left a GPU pool's CPU, usable by every queue's jobs, idle by quota (seed 21).
+    document = family_document(FamilySpec(quota_probability=1.0), seed)
+    groups = {group["name"]: group for group in document["cluster"]["nodes"]}
+    leaves = [q for q in document["queues"] if q.get("parent") == "org"]
+    usable = groups["cpu"]["count"] * 32
+    gpu = groups.get("gpu")
+    gpu_jobs = any("-gpu-" in job["name"] for job in document["jobs"])
+    if gpu is not None and ("taints" not in gpu or gpu_jobs):
+        usable += gpu["count"] * 48
+    assert sum(int(q["nominal"]["cpu"]) for q in leaves) == usable
+    # Split by weight: each within one core of its part.
+    total = sum(q["weight"] for q in leaves)
+    for queue in leaves:
+        assert abs(int(queue["nominal"]["cpu"]) - usable * queue["weight"] / total) < 1
+
+
 def test_seeds_draw_different_traces() -> None:
     assert family_document(SMALL, 1) != family_document(SMALL, 2)
     assert set(ROLES) >= {"flood", "big"}
