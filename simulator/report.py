@@ -114,6 +114,10 @@ def summarize(result: EngineResult, classes: Mapping[str, str] | None = None) ->
         "utilization_mean": _round(result.utilization_mean, 4),
         "allocation_mean": _round(result.allocation_mean, 4),
         "fairness_error": _round(result.fairness_error, 4),
+        "fairness_error_dominant": _round(result.fairness_dominant, 4),
+        "utilization_by_resource": {
+            name: _round(value, 4) for name, value in (result.utilization_by_resource or {}).items()
+        },
         "wait_mean_s": overall["wait_mean_s"],
         "wait_p50_s": overall["wait_p50_s"],
         "wait_p95_s": overall["wait_p95_s"],
