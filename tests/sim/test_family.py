@@ -127,6 +127,8 @@ def test_judge_counts_traces_where_muster_is_at_least_as_good_and_names_the_wors
     assert (report.pairs, report.pairs_good) == (6, 5)
     assert report.worst_pair is not None and report.worst_pair[1:3] == ("2", "b")
     assert report.worst_pair[0] > P95_SLACK
+    rows_by_key = {v.row.key: v for v in report.verdicts}
+    assert rows_by_key["utilization_common"].compared == 0  # none of these summaries has it
     line = json_line(report, {"traces": 3})
     assert line["rows"]["utilization_mean"]["worst_seed"] == "2"
     assert line["queue_p95_pairs"] == 6
@@ -168,3 +170,24 @@ def test_the_summary_table_has_a_wait_row_per_queue() -> None:
         "muster": {"queues": {"a": {"wait_p50_s": 2.0, "wait_p95_s": 3.0, "wait_max_s": 4.0}}},
     }
     assert queue_rows(summaries) == [["a wait p50/p95/max (s)", "1 / 2,500 / –", "2 / 3 / 4"]]
+
+
+def test_utilization_over_the_same_window_is_judged_resource_by_resource() -> None:
+    even = {"cpu": 0.5, "nvidia.com/gpu": 0.5}
+    results = [
+        (
+            _summary("family-1", utilization_common=even),
+            _summary("family-1", utilization_common=even),
+        ),
+        (
+            _summary("family-2", utilization_common=even),
+            _summary("family-2", utilization_common={"cpu": 0.9, "nvidia.com/gpu": 0.4}),
+        ),
+    ]
+    report = judge(results)
+    row = next(v for v in report.verdicts if v.row.key == "utilization_common")
+    assert (row.good, row.compared) == (1, 2)  # more CPU does not make up for fewer GPUs
+    shown = next(line for line in table(report) if line[0].startswith("utilization, same"))
+    assert shown[2] == "seed 2 nvidia.com/gpu: 0.500 -> 0.400"
+    fairness = next(line for line in table(report) if line[0].startswith("fairness error <="))
+    assert fairness[1] == "2/2"
