@@ -391,6 +391,7 @@ class Engine:
                 if self.cluster.capacity[r] > 0 and name != "pods"
             },
             curve=meter.curve,
+            resources=tuple(self.cluster.resources),
             events=self.events,
             plan_calls=feed.plan_calls if feed is not None else 0,
             plan_seconds=feed.plan_seconds if feed is not None else 0.0,

@@ -274,6 +274,7 @@ class Timeline:
             allocation_mean=alloc,
             fairness_error=fair,
             fairness_dominant=dominant,
+            resources=self.samples.resources,
             events=self.events,
             plan_calls=plan_calls,
             plan_seconds=plan_seconds,

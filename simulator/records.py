@@ -266,6 +266,8 @@ class EngineResult:
     """Each resource's mean share held by running gangs, over the run."""
     curve: Any = None
     """`simulator.sampling.UtilizationCurve` of the in-process engine (None on kwok)."""
+    resources: tuple[str, ...] = ()
+    """The resources of the samples' per-resource shares, in their order."""
 
 
 ProgressFn = Callable[[float, int, int], None]
