@@ -121,20 +121,19 @@ class Reservation:
     def find_starving(self, views: Sequence[View]) -> None:
         """No starvation: of the big gangs that have waited `STARVATION_AFTER` (their queue's
         aging bound if the queue orders SmallestFirst: `policies.ordering`), the one of the
-        queue with the lowest weighted share (over the gang's resources; the oldest of those)
-        holds the plan's reservation against every younger gang, whatever the policy's order, except
-        gangs of other queues below their weighted fair share and below the big gang's queue
-        (weighted shares). Otherwise a big gang of a queue above its share would wait for as
-        long as queues below it have demand; and a queue below its share, but further above
-        nothing than the big gang's queue, would keep the reserved nodes busy for as long as it
-        has demand (a queue holding nothing waited behind queues holding something). Among the
-        queues whose big gangs have waited their bound, the oldest gang first would let a
-        queue above its share, whose big gangs came first, keep one below it waiting for as
-        long as it has big gangs."""
+        queue lowest in weighted share (over the gang's resources; the oldest of that queue's)
+        holds the plan's reservation against every younger gang, whatever the policy's order,
+        except gangs of other queues below their weighted fair share and, weighted, not above
+        the big gang's queue. Otherwise a big gang of a queue above its share would wait for as
+        long as queues below it have demand. The oldest big gang of any queue would let a queue
+        above its share, whose big gangs came first, keep one below it waiting; and exempting
+        every queue below its share let queues holding more than the big gang's queue keep the
+        reserved nodes busy while that queue held nothing. Within its queue's nominal quota it
+        also holds that quota against borrowers (`policies.quotahold`)."""
         queues = self.state.tree.queues
         now = self.now
         share_of = self.shares.share_of
-        oldest: tuple[float, SubmitStamp, Gang, FitClass] | None = None
+        chosen: tuple[float, SubmitStamp, Gang, FitClass] | None = None
         for leaf, _, _, bigs in views:
             # Its queue's bound: STARVATION_AFTER, or a SmallestFirst queue's aging bound.
             bound = aging_bound(queues[leaf], STARVATION_AFTER)
@@ -143,11 +142,11 @@ class Reservation:
                 if now - gang.submitted.time < bound:
                     continue
                 key = (share_of(leaf, entry[3], 0), gang.submitted, gang, entry[3])
-                if oldest is None or key[:2] < oldest[:2]:
-                    oldest = key
-        if oldest is None:
+                if chosen is None or key[:2] < chosen[:2]:
+                    chosen = key
+        if chosen is None:
             return
-        _, _, gang, fit = oldest
+        _, _, gang, fit = chosen
         queue = queues[gang.queue]
         if not queue.node_fit:
             return

@@ -49,7 +49,7 @@ class Shares:
         # Many waiting gangs of a queue share a message; build each once.
         self.quota_reasons: dict[tuple[str, int, float, float], Reason] = {}
         self.memory = state.memory  # leaf -> recent usage beside what it holds (fairtime)
-        self.holds = QuotaHolds(state)  # quota held for queues owed it (found at step 4)
+        self.holds = QuotaHolds(state)  # lent quota held for the aged big gang (step 4)
 
     # --- taking and giving back ------------------------------------------------------------
 
@@ -76,7 +76,7 @@ class Shares:
 
     def available(self, leaf: str) -> Sequence[float]:
         """What ``leaf`` may take now: its quota's availability, less what it would borrow of
-        quota held for other queues (`policies.quotahold`)."""
+        quota held for another queue's big gang (`policies.quotahold`)."""
         return self.holds.available(leaf)
 
     def quota_room(self, leaf: str, fit: FitClass, pods: int) -> int:
