@@ -213,7 +213,11 @@ class Reservation:
         if holder is None or gang is holder:
             return False
         if self.aged and not (
-            holder.submitted < gang.submitted
+            # Younger, or preempted since: requeued at its submission stamp, it keeps its place
+            # in its queue, but it ran while the holder waited (seed 30 of the trace family:
+            # gangs preempted again and again came back as "older" onto the reserved nodes,
+            # which never drained, and the big gang waited 7,000 s).
+            (holder.submitted < gang.submitted or gang.preemptions > 0)
             and (leaf == holder.queue or leaf not in self.below)
             and not (
                 # Before the holder in its StrictFIFO queue: held back, it would block the

@@ -784,3 +784,23 @@ def test_a_queue_below_its_share_but_above_the_holders_queue_is_held_back() -> N
     decisions = run(pending, tree, nodes=cluster(8), admitted=[busy], now=STARVATION_AFTER)
     assert "ns/first" in admitted_ids(decisions)
     assert decisions.pending["ns/more"].code == "Reserved"
+
+
+def test_a_preempted_gang_does_not_pass_an_aged_big_gang_by_its_old_stamp() -> None:
+    # Requeued at its submission stamp, a preempted gang keeps its place in its queue, but it
+    # ran while the big gang waited: it keeps off the reservation as a younger gang would
+    # (seed 30 of the trace family: preempted gangs came back onto the reserved nodes again and
+    # again, and the big gang waited 7,000 s). A gang as old that was never preempted passes.
+    tree = QueueTree.build(
+        [Queue("a", size_ratio=SizeRatio(0.3)), Queue("b", size_ratio=SizeRatio(0.3))]
+    )
+    busy = running(gang("busy", 8, 1, queue="b"), {"n0": 1})
+    for preemptions, admitted in ((1, False), (0, True)):
+        pending = [
+            gang("big", 8, 4, queue="a", t=10),
+            gang("back", 2, 1, queue="b", t=0, preemptions=preemptions),
+        ]
+        decisions = run(pending, tree, admitted=[busy], now=STARVATION_AFTER + 10)
+        assert ("ns/back" in admitted_ids(decisions)) is admitted
+        if not admitted:
+            assert decisions.pending["ns/back"].code == "Reserved"
