@@ -89,7 +89,7 @@ class Admitter:
             floor = minimum if elastic else size
 
         # Quota: how many pods the queue may still take.
-        available = self.quota.available(leaf)
+        available = self.shares.available(leaf)
         request = fit.request
         most = size
         for i in fit.nonzero:
@@ -149,7 +149,7 @@ class Admitter:
         minimum = gang.min - fixed
         elastic = elastic_now(gang, self.now)
         floor = minimum if elastic else size
-        available = self.quota.available(leaf)
+        available = self.shares.available(leaf)
         left = list(available)
         for i, amount in info.fixed:
             left[i] -= amount
@@ -282,6 +282,7 @@ class Admitter:
             request = fit.request
             demand = [(i, request[i] * size) for i in fit.nonzero]
         self.shares.take(leaf, demand)
+        self.shares.holds.release(gang)
         self.admitted.append(Admission(gang.id, leaf, size, placement, others))
         self.admitted_gangs.append(gang)
         self.reservation.note_admitted(gang, big)

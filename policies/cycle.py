@@ -77,6 +77,9 @@ class Cycle:
             self._admit(views)  # 5. and 6.
             if any(self.tree.queues[view[0]].preemption.enabled for view in views):
                 self._preempt(views)  # 7.
+            quota_holder = self.shares.holds.holder
+            if quota_holder is not None:  # (not admitted: an admission releases the hold)
+                self.log.holds_quota(quota_holder.id)
             holder = self.reservation.holder
             if self.reservation.aged and holder is not None:
                 # The aged holder took the reservation before the plan's order reached it:
@@ -174,7 +177,7 @@ class Cycle:
         if at >= end:
             return end
         leaf = queue.name
-        available = self.state.quota.available(leaf)
+        available = self.shares.available(leaf)
         consider = self.admitter.consider
         quota_reason = self.shares.quota_reason
         may_reserve = self.reservation.may_reserve
@@ -353,8 +356,22 @@ class Cycle:
             record(gang, fit, False, gang.queue, size, placement, others)
             preemptors.append(gang.id)
 
+        reservation = self.reservation
+
+        def kept_off(gang: Gang) -> bytes | None:
+            if reservation.holder is None or not reservation.held_back(gang, gang.queue):
+                return None
+            assert reservation.reserved is not None
+            return reservation.reserved.member
+
         self.preempted = preempt(
-            self.state, self.shares, self.now, [(g, f) for _, g, f in heads], admitted_now, admit
+            self.state,
+            self.shares,
+            self.now,
+            [(g, f) for _, g, f in heads],
+            admitted_now,
+            admit,
+            kept_off,
         )
         if preemptors:
             self.log.admitted_after_all(preemptors, views)

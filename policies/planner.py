@@ -20,10 +20,11 @@ A plan, top to bottom:
    with ``action: Reject``. (`PlanState`, when the gang is added.)
 3. Order each leaf queue's gangs by priority, then submission (a `QueueLine`, kept sorted).
 4. Size ratio: find the gang a big gang waits behind, if any (one big gang admitted and not
-   running at a time). If none, and the oldest big gang has waited `STARVATION_AFTER`, it
-   holds the plan's reservation against every younger gang except those of queues below their
-   weighted fair share and those it waits behind in a strict order (no starvation; see
-   `policies.reservation`). Node-blind queues
+   running at a time). If none, the big gang past `STARVATION_AFTER` of the queue lowest in
+   share holds the plan's reservation against every younger (or since preempted) gang except
+   those of queues below their weighted fair share and not above its queue, and those it waits
+   behind in a strict order (no starvation; see `policies.reservation`); within its queue's
+   nominal quota it also holds the quota its queue lent (`policies.quotahold`). Node-blind queues
    (``nodeFit: false``): find the oldest of their admitted gangs that has waited longer than
    `PARTIAL_HOLD_AFTER` without reaching its minimum; while there is one, node-blind queues
    admit nothing (Kueue's ``waitForPodsReady.blockAdmission``, once a gang is seen stuck).

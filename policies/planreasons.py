@@ -89,6 +89,9 @@ class ReasonLog:
     def holds_reservation(self, holder: str) -> None:
         self.parts.append(partial(_holds_reservation, holder))
 
+    def holds_quota(self, holder: str) -> None:
+        self.parts.append(partial(_holds_quota, holder))
+
 
 def _fill_scan(
     entries: list[Entry],
@@ -157,3 +160,10 @@ def _holds_reservation(holder: str, out: dict[str, Reason]) -> None:
     reason = out.get(holder)
     if reason is not None and "holds a reservation" not in reason.message:
         out[holder] = reasons.no_fit_reserving(reason)
+
+
+def _holds_quota(holder: str, out: dict[str, Reason]) -> None:
+    # A quota holder (policies.quotahold) that still lacks quota says it holds it.
+    reason = out.get(holder)
+    if reason is not None and reason.code == "QuotaExhausted":
+        out[holder] = reasons.quota_holding(reason)

@@ -7,9 +7,12 @@ For each leaf queue whose preemption is enabled, its first gang the plan left wa
 1. Candidates: admitted gangs (not admitted by this plan, not chosen as victims already) that
    its queue's rules allow: same queue and lower priority (``withinQueue: LowerPriority``);
    another queue of its cohort tree that uses more than its nominal quota
-   (``reclaimWithinCohort``: ``Any``, or ``LowerPriority``) or more than its weighted fair
+   (``reclaimWithinCohort``: ``Any``, or ``LowerPriority``; only while the preemptor's queue
+   stays within its own nominal quota with it, as Kueue) or more than its weighted fair
    share (``fairShare: Reclaim``). Across queues, never a queue whose weighted share (over the
-   preemptor's resources) is not above the preemptor queue's share with the preemptor. A gang
+   preemptor's resources) is not above the preemptor queue's share with the preemptor; by
+   ``fairShare: Reclaim`` alone, never a gang whose queue's share would then fall below the
+   preemptor queue's share now (with every victim chosen before it gone too). A gang
    protected by its own queue (preempted ``protectAfter`` times, admitted less than
    ``protectFor`` ago) is never a candidate.
 2. Order: lowest priority, then youngest (latest submission), then most over its queue's
@@ -29,6 +32,7 @@ it reads the plan's `PlanState` and never changes it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 from policies import reasons
@@ -113,13 +117,16 @@ class _Ground:
     """What preemption reads and changes of one plan: its state (read only), its quota through
     `Shares`, and its own copy of the free capacity of the nodes it touched."""
 
-    __slots__ = ("_borrowing", "_by_root", "_shares", "free", "now", "shares", "state")
+    __slots__ = ("_borrowing", "_by_root", "_shares", "free", "now", "off", "shares", "state")
 
     def __init__(self, state: PlanState, shares: Shares, now: float) -> None:
         self.state = state
         self.shares = shares
         self.now = now
         self.free: dict[int, list[int]] = {}  # node id -> free capacity now (nodes touched)
+        # The nodes the preemptor being tried keeps off (the plan's reservation, for a gang it
+        # holds back), as a node mask; None: none.
+        self.off: bytes | None = None
         self._by_root: dict[str, dict[str, list[AdmittedGang]]] | None = None
         # A queue's share (over a fit class's resources) and whether it borrows, as the quota
         # stands: asked of every queue of a tree for every preemptor, they change only when a
@@ -186,15 +193,18 @@ def preempt(
     waiting: Sequence[tuple[Gang, FitClass]],
     admitted_now: set[str],
     admit: Admit,
+    kept_off: Callable[[Gang], bytes | None] = lambda gang: None,
 ) -> dict[str, Reason]:
     """Preemptions for ``waiting`` (each preemption-enabled queue's first waiting gang, in the
-    policy's order); ``admit`` records a preemptor's admission in the plan. Returns victim id
-    -> reason."""
+    policy's order); ``admit`` records a preemptor's admission in the plan; ``kept_off`` gives
+    the nodes a preemptor may not land on (the plan's reservation, for a gang it holds back:
+    what a preemption frees there is the big gang's). Returns victim id -> reason."""
     ground = _Ground(state, shares, now)
     queues = state.tree.queues
     preempted: dict[str, Reason] = {}
     for gang, fit in waiting:
         queue = queues[gang.queue]
+        ground.off = kept_off(gang)
         candidates = _candidates(ground, gang, fit, queue, admitted_now, preempted)
         if not candidates:
             continue
@@ -262,6 +272,12 @@ def _candidates(
     tree = state.tree
     queues = tree.queues
     rules = queue.preemption
+    if rules.reclaim_within_cohort != "Never" and not _within_nominal(state, gang, queue.name):
+        # As Kueue: a queue borrowing with the preemptor reclaims nothing from others, or two
+        # queues that both borrow would reclaim from each other in turn (seed 4 of the trace
+        # family: a 36-node gang 592 cpu past its queue's nominal quota preempted ~400 tasks
+        # of a queue that then preempted it back, three times).
+        rules = dataclasses.replace(rules, reclaim_within_cohort="Never")
     root = tree.root(queue.name)
     mine = shares.share_of(queue.name, fit, gang.size)
     index = state.cluster.index
@@ -295,7 +311,60 @@ def _candidates(
             key = (other.priority, -other.submitted.time, -share, other.id)
             ranked.append((key, _Victim(victim, leaf, demand, nodes, rule)))
     ranked.sort(key=lambda item: item[0])
-    return [victim for _, victim in ranked]
+    before = shares.share_of(queue.name, fit, 0)
+    return _final_share(shares, fit, before, [victim for _, victim in ranked])
+
+
+def _within_nominal(state: PlanState, gang: Gang, leaf: str) -> bool:
+    """True if ``leaf``, with ``gang`` at full size, stays within its own nominal quota in
+    every resource its tree's quota governs (always, in a tree without quota)."""
+    quota = state.quota
+    governed = quota.governed.get(state.tree.root(leaf), ())
+    if not governed:
+        return True
+    usage = quota.usage[leaf]
+    nominal = quota.subtree[leaf]  # a leaf's subtree quota is its nominal quota
+    demand = dict(state.catalog.demand(gang, gang.size))
+    return all(usage[i] + demand.get(i, 0) <= nominal[i] for i in governed)
+
+
+def _final_share(
+    shares: Shares, fit: FitClass, before: float, ranked: Sequence[_Victim]
+) -> list[_Victim]:
+    """``ranked`` without the victims that ``fairShare: Reclaim`` alone allows and that would
+    leave their queue's weighted share below the preemptor queue's now (``before``, without
+    the preemptor): each victim is judged with every victim before it taken too, so any run of
+    the list from its first keeps the rule. A preemption then never lowers the lesser of the
+    two queues' shares (the victim's queue ends no lower than the preemptor's was), so the two
+    cannot take a gang from each other in turn. Without it, a queue below its fair share took a
+    gang bigger than its share from a queue above it, which was then below the preemptor's,
+    was readmitted as the queue furthest below, and was preempted again: seed 3 of the trace
+    family lost a 42-node gang seven times to a queue of small gangs. (Kueue's
+    ``LessThanOrEqualToFinalShare`` compares with the preemptor's share after; that would keep a
+    queue holding three quarters of the cluster from losing a gang to one holding an eighth.)"""
+    inverse = shares.inverse
+    weights = shares.tree.queues
+    request = fit.request
+    removed: dict[str, list[float]] = {}
+    kept: list[_Victim] = []
+    for victim in ranked:
+        gone = removed.get(victim.leaf)
+        if victim.rule.startswith("fairShare"):
+            usage = shares.usage(victim.leaf)
+            after = (
+                list(usage) if gone is None else [u - g for u, g in zip(usage, gone, strict=True)]
+            )
+            for i, amount in victim.demand:
+                after[i] -= amount
+            final = max((after[i] * inv for i, inv in inverse if request[i]), default=0.0)
+            if final / weights[victim.leaf].weight < before:
+                continue
+        if gone is None:
+            gone = removed[victim.leaf] = [0.0] * len(shares.usage(victim.leaf))
+        for i, amount in victim.demand:
+            gone[i] += amount
+        kept.append(victim)
+    return kept
 
 
 def _may_reclaim(
@@ -370,7 +439,7 @@ def _fits(
     for victim in victims:
         quota.add(victim.leaf, [(i, -amount) for i, amount in victim.demand])
     try:
-        available = quota.available(queue.name)
+        available = ground.shares.available(queue.name)
         if gang.others:
             sets = state.classes[gang.screen_key].sets
             short = ground.shares.demand_reason(
@@ -465,6 +534,8 @@ def _place(
     member = fit.pool.member
     if within is not None:
         member = bytes(a & b for a, b in zip(member, within, strict=True))
+    if ground.off is not None:
+        member = bytes(a & (1 - b) for a, b in zip(member, ground.off, strict=True))
     current = ground.state.overlay.current
     start = ground.state.cluster.free
     free = ground.free

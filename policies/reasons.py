@@ -24,6 +24,8 @@ __all__ = [
     "preempted",
     "queue_not_found",
     "quota_exhausted",
+    "quota_held",
+    "quota_holding",
     "reservation_preempted_in",
     "reserved_for",
     "reserved_for_too_long",
@@ -50,6 +52,26 @@ def quota_exhausted(queue: str, resource: str, needs: float, available: float) -
         "QuotaExhausted",
         f"quota of queue {queue} exhausted in {resource}: needs {_amount(resource, needs)}, "
         f"{_amount(resource, available)} available",
+    )
+
+
+def quota_held(queue: str, holder: str) -> Reason:
+    """The queue's quota would admit the gang, but only by borrowing quota held for a big gang
+    of another queue that waits within its own queue's nominal quota (`policies.quotahold`)."""
+    return Reason(
+        "QuotaExhausted",
+        f"quota of queue {queue}: what it would borrow is held for big gang {holder}, waiting "
+        "within its queue's nominal quota that other queues borrow; it may still take its own "
+        "nominal quota",
+    )
+
+
+def quota_holding(reason: Reason) -> Reason:
+    """``reason`` (QuotaExhausted) of the big gang that holds the quota its queue lent."""
+    return Reason(
+        reason.code,
+        f"{reason.message}; within its queue's nominal quota, which other queues borrow: they "
+        "borrow no more of it until it fits",
     )
 
 
@@ -162,7 +184,7 @@ def reserved_for(holder: str, waited: float | None = None) -> Reason:
             "Reserved",
             f"capacity reserved for big gang {holder}, older and waiting for "
             f"{format_duration(waited)} (size ratio: a big gang is not starved; queues below "
-            "their fair share are not held back)",
+            "their fair share and the big gang's queue are not held back)",
         )
     return Reason(
         "Reserved",

@@ -4,10 +4,11 @@ and the hold of node-blind queues behind a stuck gang.
 
 - **Size ratio**: one big gang admitted and not running at a time; other big gangs are
   serialized behind it (the *blocker*).
-- **Reservation**: the first big gang in policy order that waits for nodes only, or the oldest
-  big gang once it has waited `STARVATION_AFTER` (*aged*), holds the nodes it will fit on
-  soonest; gangs after it keep off them, unless they certainly end before it could start
-  (*backfill* by runtime limit).
+- **Reservation**: the first big gang in policy order that waits for nodes only, or a big gang
+  once it has waited `STARVATION_AFTER` (*aged*: that of the queue lowest in share), holds the
+  nodes it will fit on soonest; gangs after it keep off them, unless they certainly end before
+  it could start (*backfill* by runtime limit). An aged one within its queue's nominal quota
+  also holds that quota against borrowers (`policies.quotahold`).
 - **Node-blind hold**: while an admitted gang of a node-blind queue has waited
   `PARTIAL_HOLD_AFTER` for its pods, node-blind queues admit nothing.
 """
@@ -118,28 +119,34 @@ class Reservation:
         self.find_starving(views)
 
     def find_starving(self, views: Sequence[View]) -> None:
-        """No starvation: the oldest big gang that has waited `STARVATION_AFTER` (its queue's
-        aging bound if the queue orders SmallestFirst: `policies.ordering`) holds the
-        plan's reservation against every younger gang, whatever the policy's order, except
-        gangs of other queues below their weighted fair share. (Otherwise a big gang of a queue
-        above its share would wait for as long as queues below it have demand.)"""
+        """No starvation: of the big gangs that have waited `STARVATION_AFTER` (their queue's
+        aging bound if the queue orders SmallestFirst: `policies.ordering`), the one of the
+        queue lowest in weighted share (over the gang's resources; the oldest of that queue's)
+        holds the plan's reservation against every younger gang, whatever the policy's order,
+        except gangs of other queues below their weighted fair share and, weighted, not above
+        the big gang's queue. Otherwise a big gang of a queue above its share would wait for as
+        long as queues below it have demand. The oldest big gang of any queue would let a queue
+        above its share, whose big gangs came first, keep one below it waiting; and exempting
+        every queue below its share let queues holding more than the big gang's queue keep the
+        reserved nodes busy while that queue held nothing. Within its queue's nominal quota it
+        also holds that quota against borrowers (`policies.quotahold`)."""
         queues = self.state.tree.queues
         now = self.now
-        oldest: tuple[SubmitStamp, Gang, FitClass] | None = None
+        share_of = self.shares.share_of
+        chosen: tuple[float, SubmitStamp, Gang, FitClass] | None = None
         for leaf, _, _, bigs in views:
-            # Its queue's bound: STARVATION_AFTER, or a SmallestFirst queue's aging bound. With
-            # one bound for all, the oldest big gang is the one that has waited longest, so
-            # "the oldest of those past the bound" is "the oldest, if past the bound".
+            # Its queue's bound: STARVATION_AFTER, or a SmallestFirst queue's aging bound.
             bound = aging_bound(queues[leaf], STARVATION_AFTER)
             for entry in bigs:  # the queue's big gangs, in queue order
                 gang = entry[2]
                 if now - gang.submitted.time < bound:
                     continue
-                if oldest is None or gang.submitted < oldest[0]:
-                    oldest = (gang.submitted, gang, entry[3])
-        if oldest is None:
+                key = (share_of(leaf, entry[3], 0), gang.submitted, gang, entry[3])
+                if chosen is None or key[:2] < chosen[:2]:
+                    chosen = key
+        if chosen is None:
             return
-        _, gang, fit = oldest
+        _, _, gang, fit = chosen
         queue = queues[gang.queue]
         if not queue.node_fit:
             return
@@ -149,13 +156,20 @@ class Reservation:
             # block the big gang itself, for ever.
             return
         floor = smallest_size(gang, self.now) - gang.fixed
+        holds = self.shares.holds
+        demand = self.state.catalog.demand(gang, floor + gang.fixed)
+        if holds.entitled(gang.queue, demand):
+            # Its queue's nominal quota, which others borrow, is held for it.
+            holds.hold(gang, demand)
         if self.shares.quota_room(gang.queue, fit, floor) < floor:
-            return  # held back by its queue's quota, not by nodes: reserve nothing
+            # Held back by quota, not by nodes: reserve no nodes yet (they would stand idle
+            # until the quota comes back; simulator/traces/ml-platform.yaml).
+            return
         self.holder = gang
         self.aged = True
         self.holder_strict = self.policy.blocking(queue) == "queue"
         self.reserved = self.state.catalog.reserve(fit, floor)
-        self.below = self.shares.below_fair_share()
+        self.below = self.shares.below_fair_share(gang.queue)
 
     def find_blind_hold(self) -> None:
         """Node-blind queues: the oldest stuck gang they admitted, if any."""
@@ -199,7 +213,11 @@ class Reservation:
         if holder is None or gang is holder:
             return False
         if self.aged and not (
-            holder.submitted < gang.submitted
+            # Younger, or preempted since: requeued at its submission stamp, it keeps its place
+            # in its queue, but it ran while the holder waited (seed 30 of the trace family:
+            # gangs preempted again and again came back as "older" onto the reserved nodes,
+            # which never drained, and the big gang waited 7,000 s).
+            (holder.submitted < gang.submitted or gang.preemptions > 0)
             and (leaf == holder.queue or leaf not in self.below)
             and not (
                 # Before the holder in its StrictFIFO queue: held back, it would block the

@@ -17,6 +17,7 @@ from policies.fitcatalog import Demand
 from policies.model import Gang, QueueTree
 from policies.planstate import PlanState, QueueLine
 from policies.quota import INF, QuotaState
+from policies.quotahold import QuotaHolds
 
 __all__ = ["Shares"]
 
@@ -25,6 +26,7 @@ class Shares:
     """Quota and shares for one plan over a `PlanState` (see the module docstring)."""
 
     __slots__ = (
+        "holds",
         "inverse",
         "keep",
         "lines",
@@ -47,6 +49,7 @@ class Shares:
         # Many waiting gangs of a queue share a message; build each once.
         self.quota_reasons: dict[tuple[str, int, float, float], Reason] = {}
         self.memory = state.memory  # leaf -> recent usage beside what it holds (fairtime)
+        self.holds = QuotaHolds(state)  # lent quota held for the aged big gang (step 4)
 
     # --- taking and giving back ------------------------------------------------------------
 
@@ -71,9 +74,14 @@ class Shares:
 
     # --- quota -----------------------------------------------------------------------------
 
+    def available(self, leaf: str) -> Sequence[float]:
+        """What ``leaf`` may take now: its quota's availability, less what it would borrow of
+        quota held for another queue's big gang (`policies.quotahold`)."""
+        return self.holds.available(leaf)
+
     def quota_room(self, leaf: str, fit: FitClass, pods: int) -> int:
         """Pods of ``fit`` (at most ``pods``) ``leaf``'s quota admits now."""
-        available = self.quota.available(leaf)
+        available = self.holds.available(leaf)
         request = fit.request
         most = pods
         for i in fit.nonzero:
@@ -94,9 +102,9 @@ class Shares:
                 key = (leaf, i, request[i] * pods, available[i])
                 reason = self.quota_reasons.get(key)
                 if reason is None:
-                    reason = self.quota_reasons[key] = reasons.quota_exhausted(
-                        leaf, self.state.names[i], key[2], key[3]
-                    )
+                    reason = reasons.quota_exhausted(leaf, self.state.names[i], key[2], key[3])
+                    reason = self.holds.explain(leaf, request, pods, reason)
+                    self.quota_reasons[key] = reason
                 return reason
         raise AssertionError(f"queue {leaf}: quota suffices for {pods} pods")  # pragma: no cover
 
@@ -157,22 +165,18 @@ class Shares:
         return best / self.tree.queues[leaf].weight
 
     def borrowing(self, leaf: str) -> bool:
-        """True if ``leaf`` uses more than its nominal quota of some resource (a queue with no
-        nominal quota borrows whatever it uses)."""
+        """True if ``leaf`` uses more than its nominal quota of some resource its tree's quota
+        governs (a queue with no nominal quota borrows whatever it uses of them; in a tree
+        without quota, whatever it uses). A resource no queue of the tree names is not lent
+        or borrowed: counting it made every queue using memory a borrower when only CPU had
+        quota, and reclaimWithinCohort preempted gangs within their queue's CPU quota (seed 7
+        of the trace family)."""
         usage = self.quota.usage[leaf]
-        queue = self.tree.queues[leaf]
-        if queue.nominal is None:
+        governed = self.quota.governed.get(self.tree.root(leaf))
+        if not governed:
             return any(usage)
-        index = self.state.index
-        names = self.state.names
-        for i, used in enumerate(usage):
-            if used > 0 and used > queue.nominal[names[i]]:
-                return True
-        return bool(queue.quota_names) and any(
-            usage[index[name]] > 0 and queue.nominal[name] == 0
-            for name in queue.quota_names
-            if name in index
-        )
+        nominal = self.quota.subtree[leaf]  # a leaf's subtree quota is its nominal quota
+        return any(usage[i] > nominal[i] for i in governed)
 
     def _active(self, leaf: str) -> bool:
         line = self.lines.get(leaf)
@@ -194,19 +198,26 @@ class Shares:
         fair = tree.queues[leaf].weight / total
         return self.share_of(leaf, fit, 0) * tree.queues[leaf].weight > fair
 
-    def below_fair_share(self) -> frozenset[str]:
+    def below_fair_share(self, than: str) -> frozenset[str]:
         """The leaf queues whose dominant share is below their weighted fair share of the
-        cluster: their weight's part of the weights of the leaves that hold or wait for
-        something (all trees: they share the nodes)."""
+        cluster (their weight's part of the weights of the leaves that hold or wait for
+        something; all trees: they share the nodes) and, weighted, below ``than``'s: those a
+        gang of ``than`` does not hold back. A queue below its fair share but above ``than``
+        is not owed more than ``than`` is."""
         queues = self.tree.queues
-        usage = self.quota.usage
         inverse = self.inverse
         active = [leaf for leaf in self.tree.leaves if self._active(leaf)]
         total = sum(queues[leaf].weight for leaf in active)
+
+        def share(leaf: str) -> float:
+            mine = self.usage(leaf)
+            return max((mine[i] * inv for i, inv in inverse), default=0.0)
+
+        ceiling = share(than) / queues[than].weight
         below = set()
         for leaf in active:
-            mine = usage[leaf] if leaf not in self.memory else self.usage(leaf)
-            share = max((mine[i] * inv for i, inv in inverse), default=0.0)
-            if share < queues[leaf].weight / total:
+            weight = queues[leaf].weight
+            mine = share(leaf)
+            if mine < weight / total and mine / weight <= ceiling:
                 below.add(leaf)
         return frozenset(below)

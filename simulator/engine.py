@@ -218,7 +218,7 @@ class Engine:
         cluster = self.cluster
         meter = Meter(
             len(self.queue_names),
-            len(cluster.resources),
+            cluster.resources,
             cluster.capacity,
             cluster.util_r,
             cluster.util_scale,
@@ -355,15 +355,12 @@ class Engine:
         meter, life = self.meter, self.life
         unfinished = [r for r in self.gangs if r.state not in (FINISHED, FAILED)]
         end = life.last_progress
-        integral_util, integral_alloc, integral_fair = meter.integrals_at_progress
+        integrals = meter.integrals_at_progress
         if unfinished:
             end = self.horizon if horizon_reached else self.now
             meter.sample(end, life.last_progress, final=True)
-            integral_util, integral_alloc, integral_fair = (
-                meter.integral_util,
-                meter.integral_alloc,
-                meter.integral_fair,
-            )
+            integrals = meter.integrals()
+        integral_util, integral_alloc, (fairness, dominant), use = integrals
         for record in unfinished:
             if record.state == PENDING and self.feed is not None:
                 self.feed.remember_reason(record)
@@ -386,7 +383,15 @@ class Engine:
             end=end,
             utilization_mean=integral_util / span if span else 0.0,
             allocation_mean=integral_alloc / span if span else 0.0,
-            fairness_error=integral_fair / span if span else 0.0,
+            fairness_error=fairness / span if span else 0.0,
+            fairness_dominant=dominant / span if span else 0.0,
+            utilization_by_resource={
+                name: (use[r] / span if span and r < len(use) else 0.0)
+                for r, name in enumerate(self.cluster.resources)
+                if self.cluster.capacity[r] > 0 and name != "pods"
+            },
+            curve=meter.curve,
+            resources=tuple(self.cluster.resources),
             events=self.events,
             plan_calls=feed.plan_calls if feed is not None else 0,
             plan_seconds=feed.plan_seconds if feed is not None else 0.0,

@@ -25,6 +25,7 @@ ROLES = ("flood", "big", "train", "gpu", "mixed")
 cluster; elastic training gangs; GPU jobs on the GPU pool; mixed gangs of 2-16 pods."""
 
 _NODE_CPU = 32
+_GPU_NODE_CPU = 48
 _GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 _GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -106,7 +107,7 @@ class _Draw:
                 "count": self.gpu_nodes,
                 "name": "gpu",
                 "allocatable": {
-                    "cpu": "48",
+                    "cpu": str(_GPU_NODE_CPU),
                     "memory": "384Gi",
                     "pods": "110",
                     "nvidia.com/gpu": "8",
@@ -155,12 +156,11 @@ class _Draw:
         rng, spec = self.rng, self.spec
         weights = {name: rng.choice((1, 1, 2, 3)) for name, _ in roles}
         quota = rng.random() < spec.quota_probability
-        total = sum(weights.values())
+        cpus = _split(self._usable_cpu(roles), [weights[name] for name, _ in roles])
         queues: dict[str, dict[str, Any]] = {}
-        for name, role in roles:
+        for (name, role), cpu in zip(roles, cpus, strict=True):
             queue: dict[str, Any] = {"name": name, "parent": "org", "weight": weights[name]}
             if quota:
-                cpu = self.cpu_nodes * _NODE_CPU * weights[name] // total
                 nominal = {"cpu": str(cpu)}
                 if self.gpu_nodes:
                     nominal["nvidia.com/gpu"] = str(self.gpu_nodes * 8 if role == "gpu" else 0)
@@ -180,6 +180,16 @@ class _Draw:
                 queue["ordering"] = {"by": spec.ordering}
             queues[name] = queue
         return queues
+
+    def _usable_cpu(self, roles: list[tuple[str, str]]) -> int:
+        """The cpu the queues' nominal quotas split: every node some queue's jobs can use (the
+        GPU pool too unless it is tainted and no queue runs GPU jobs), so that quotas lend
+        capacity but never idle it: the cohort holds no more than the sum of its queues'
+        nominal quotas, and the pod-level scheduler ignores quotas altogether."""
+        cpu = self.cpu_nodes * _NODE_CPU
+        if self.gpu_nodes and (not self.tainted or any(role == "gpu" for _, role in roles)):
+            cpu += self.gpu_nodes * _GPU_NODE_CPU
+        return cpu
 
     # --- the roles: job groups until the queue's share of the work is offered --------------
 
@@ -352,6 +362,16 @@ class _Draw:
             if rng.random() < self.spec.limit_probability:
                 runtime = int(job["runtime"].rstrip("s"))
                 job["runtimeLimit"] = f"{math.ceil(runtime * rng.uniform(1.1, 2.0))}s"
+
+
+def _split(total: int, weights: list[int]) -> list[int]:
+    """``total`` split by ``weights`` in whole units that add up to it (largest remainder)."""
+    whole = sum(weights)
+    parts = [total * w // whole for w in weights]
+    order = sorted(range(len(weights)), key=lambda i: -(total * weights[i] % whole))
+    for i in order[: total - sum(parts)]:
+        parts[i] += 1
+    return parts
 
 
 def describe(spec: FamilySpec, seed: int) -> str:

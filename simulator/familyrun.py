@@ -8,6 +8,12 @@ scheduler (`none`), and the worst trace with its seed.
 error, higher for utilization. Makespan is compared only where `none` finishes every gang (it
 can end sooner by failing gangs on their runtime limits); a wait figure only where both started
 a gang. Per-queue p95 waits are counted as queue-trace pairs, muster within 10% of `none`'s.
+
+Utilization is compared over the same stretch of time for both, from the first submission to
+the end of the run that ends first, and resource by resource (`utilization_common`): each run's
+own mean covers its own span, and a run that ends sooner by failing gangs (or, stuck, with no
+event left) leaves out the work it never did while the other's mean counts it, spread over the
+longer run; and on a GPU trace the GPUs are what matters, not only the CPU.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "FAIRNESS_GOAL",
     "P95_SLACK",
     "ROWS",
     "FamilyReport",
@@ -38,6 +45,9 @@ __all__ = [
 
 P95_SLACK = 0.10
 """A queue's p95 wait under muster counts as good when at most this much above `none`'s."""
+
+FAIRNESS_GOAL = 0.05
+"""Issue 33's goal for muster's fairness error on every trace (counted besides the rows)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +65,8 @@ ROWS: tuple[Row, ...] = (
     Row("stuck_gangs", "stuck gangs"),
     Row("failed", "failed gangs"),
     Row("makespan_s", "makespan (s)", duration=True),
-    Row("utilization_mean", "utilization mean", lower=False),
+    Row("utilization_mean", "utilization mean (own span)", lower=False),
+    Row("utilization_common", "utilization, same window, every resource", lower=False),
     Row("wait_mean_s", "wait mean (s)", duration=True),
     Row("wait_p50_s", "wait p50 (s)", duration=True),
     Row("wait_p95_s", "wait p95 (s)", duration=True),
@@ -108,10 +119,27 @@ def _replay(job: Job) -> dict[str, Any]:
         record=False,
         placement=placement,  # type: ignore[arg-type]
     )
-    summary = summarize(simulate(trace, config))
+    result = simulate(trace, config)
+    summary = summarize(result)
     summary["trace"] = trace.name
     summary["path"] = path
+    # For `_same_window`, which takes them out again.
+    summary["_window"] = (result.curve, result.first_submit, result.end)
     return summary
+
+
+def _same_window(none: dict[str, Any], muster: dict[str, Any]) -> None:
+    """Both runs' utilization per resource over the same stretch of time (see the module
+    docstring): ``utilization_common`` and ``common_window_s`` in each summary."""
+    (curve_a, start, end_a), (curve_b, _, end_b) = none.pop("_window"), muster.pop("_window")
+    end = min(end_a, end_b)
+    for summary, curve in ((none, curve_a), (muster, curve_b)):
+        summary["common_window_s"] = round(end - start, 3)
+        summary["utilization_common"] = {
+            name: round(value, 4)
+            for name, value in curve.mean(start, end).items()
+            if name != "pods" and name in (summary.get("utilization_by_resource") or {})
+        }
 
 
 def replay_family(
@@ -144,7 +172,10 @@ def replay_family(
                 summaries.append(summary)
                 if done is not None:
                     done(len(summaries), len(jobs))
-    return [(summaries[i], summaries[i + 1]) for i in range(0, len(summaries), 2)]
+    pairs = [(summaries[i], summaries[i + 1]) for i in range(0, len(summaries), 2)]
+    for none, muster in pairs:
+        _same_window(none, muster)
+    return pairs
 
 
 @dataclass(slots=True)
@@ -168,50 +199,44 @@ class FamilyReport:
     pairs_good: int
     worst_pair: tuple[float, str, str, Any, Any] | None  # (ratio, seed, queue, none, muster)
     traces: list[dict[str, Any]] = field(default_factory=list)
+    fair_traces: int = 0  # traces with a fairness error for muster
+    fair_good: int = 0  # those where it is at most FAIRNESS_GOAL
 
 
-def _badness(row: Row, none: float, muster: float) -> float:
-    """How much worse muster is than none on ``row`` (<= 0: at least as good)."""
+def _badness(row: Row, none: Any, muster: Any) -> float:
+    """How much worse muster is than none on ``row`` (<= 0: at least as good); figures per
+    resource (dicts): on the resource where it is worst."""
+    if isinstance(none, dict):
+        return max(
+            (float(none[name]) - float(muster.get(name, 0.0)) for name in none),
+            default=0.0,
+        )
+    a, b = float(none), float(muster)
     if row.duration:
-        return (muster - none) / max(none, 1.0)
-    return muster - none if row.lower else none - muster
+        return (b - a) / max(a, 1.0)
+    return b - a if row.lower else a - b
 
 
 def judge(results: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> FamilyReport:
     """The family table of ``results`` (see the module docstring)."""
     verdicts = [Verdict(row) for row in ROWS]
-    pairs = pairs_good = 0
-    worst_pair: tuple[float, str, str, Any, Any] | None = None
-    traces = []
+    report = FamilyReport(verdicts, 0, 0, None)
     for none, muster in results:
         seed = seed_of(muster["trace"])
-        traces.append({"seed": seed, "trace": muster["trace"], "none": none, "muster": muster})
+        report.traces.append(
+            {"seed": seed, "trace": muster["trace"], "none": none, "muster": muster}
+        )
         for verdict in verdicts:
-            row = verdict.row
-            a, b = none.get(row.key), muster.get(row.key)
-            own = b if b is not None else math.inf
-            if verdict.muster_worst is None or _worse(row, own, verdict.muster_worst[0]):
-                verdict.muster_worst = (own, seed)
-            if row.key == "makespan_s" and (none["stuck_gangs"] or none["failed"]):
-                continue  # none ended sooner by failing or leaving gangs: not comparable
-            if a is None and b is None:
-                continue
-            verdict.compared += 1
-            if b is None:  # muster never finished or started one, none did
-                badness = math.inf
-            elif a is None:
-                badness = -math.inf
-            else:
-                badness = _badness(row, float(a), float(b))
-            if badness <= 0:
-                verdict.good += 1
-            if verdict.worst is None or badness > verdict.worst[0]:
-                verdict.worst = (badness, seed, a, b)
+            _compare(verdict, none, muster, seed)
+        fairness = muster.get("fairness_error")
+        if fairness is not None:
+            report.fair_traces += 1
+            report.fair_good += fairness <= FAIRNESS_GOAL
         for queue, stats in muster["queues"].items():
             a, b = none["queues"][queue]["wait_p95_s"], stats["wait_p95_s"]
             if a is None and b is None:
                 continue
-            pairs += 1
+            report.pairs += 1
             if b is None:
                 ratio = math.inf
             elif a is None:
@@ -219,10 +244,36 @@ def judge(results: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> FamilyRep
             else:
                 ratio = (b - a) / max(a, 1.0)
             if ratio <= P95_SLACK:
-                pairs_good += 1
-            if worst_pair is None or ratio > worst_pair[0]:
-                worst_pair = (ratio, seed, queue, a, b)
-    return FamilyReport(verdicts, pairs, pairs_good, worst_pair, traces)
+                report.pairs_good += 1
+            if report.worst_pair is None or ratio > report.worst_pair[0]:
+                report.worst_pair = (ratio, seed, queue, a, b)
+    return report
+
+
+def _compare(verdict: Verdict, none: dict[str, Any], muster: dict[str, Any], seed: str) -> None:
+    """One trace on one row of the table."""
+    row = verdict.row
+    a, b = none.get(row.key), muster.get(row.key)
+    own = b if b is not None else math.inf
+    if not isinstance(own, dict) and (
+        verdict.muster_worst is None or _worse(row, own, verdict.muster_worst[0])
+    ):  # (per resource, muster's own worst says nothing: GPUs nobody asks for stay idle)
+        verdict.muster_worst = (own, seed)
+    if row.key == "makespan_s" and (none["stuck_gangs"] or none["failed"]):
+        return  # none ended sooner by failing or leaving gangs: not comparable
+    if a is None and b is None:
+        return
+    verdict.compared += 1
+    if b is None:  # muster never finished or started one, none did
+        badness = math.inf
+    elif a is None:
+        badness = -math.inf
+    else:
+        badness = _badness(row, a, b)
+    if badness <= 0:
+        verdict.good += 1
+    if verdict.worst is None or badness > verdict.worst[0]:
+        verdict.worst = (badness, seed, a, b)
 
 
 def _worse(row: Row, value: float, than: float) -> bool:
@@ -239,7 +290,11 @@ def table(report: FamilyReport) -> list[list[str]]:
         worst = "–"
         if verdict.worst is not None and verdict.worst[0] > 0:
             _, seed, a, b = verdict.worst
-            worst = f"seed {seed}: {format_value(row.key, a)} -> {format_value(row.key, b)}"
+            if isinstance(a, dict):  # per resource: the one where muster is worst
+                name = max(a, key=lambda n: a[n] - b.get(n, 0.0))
+                worst = f"seed {seed} {name}: {a[name]:.3f} -> {b.get(name, 0.0):.3f}"
+            else:
+                worst = f"seed {seed}: {format_value(row.key, a)} -> {format_value(row.key, b)}"
         own = "–"
         if verdict.muster_worst is not None:
             value, seed = verdict.muster_worst
@@ -253,6 +308,14 @@ def table(report: FamilyReport) -> list[list[str]]:
             f"seed {seed} {queue}: {format_value('wait_p95_s', a)} -> "
             f"{format_value('wait_p95_s', b)}"
         )
+    out.append(
+        [
+            f"fairness error <= {FAIRNESS_GOAL} (traces)",
+            f"{report.fair_good}/{report.fair_traces}",
+            "",
+            "",
+        ]
+    )
     out.append(
         [
             f"queue p95 within {P95_SLACK:.0%} (pairs)",
@@ -284,6 +347,8 @@ def json_line(report: FamilyReport, settings: dict[str, Any]) -> dict[str, Any]:
         "traces": settings.get("traces"),
         "wall_s": settings.get("wall_s"),
         "rows": rows,
+        "fairness_goal": FAIRNESS_GOAL,
+        "fairness_within_goal": report.fair_good,
         "queue_p95_within": report.pairs_good,
         "queue_p95_pairs": report.pairs,
         "queue_p95_worst": None
@@ -331,6 +396,11 @@ def write_family(report: FamilyReport, out_dir: Path, settings: dict[str, Any]) 
                 },
             }
             for verdict in report.verdicts
+        },
+        "fairness": {
+            "goal": FAIRNESS_GOAL,
+            "traces": report.fair_traces,
+            "within": report.fair_good,
         },
         "queue_p95": {
             "slack": P95_SLACK,

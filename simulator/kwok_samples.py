@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from policies import Gang
+from simulator.fairness import FairnessMeter
 from simulator.kwok_records import Seen
 from simulator.records import (
     ADMITTED,
@@ -26,7 +27,7 @@ from simulator.records import (
     GangRecord,
     Sample,
 )
-from simulator.sampling import figures
+from simulator.sampling import figures, main_resource
 from simulator.trace import Trace
 
 
@@ -74,6 +75,7 @@ class ReplaySamples:
         held = [[0] * nr for _ in range(queues)]
         running_use = [[0] * nr for _ in range(queues)]
         waiting = [[0] * nr for _ in range(queues)]
+        waiting_main = [[0] * nr for _ in range(queues)]
         pending = [0] * queues
         holding = [0] * queues
         running = [0] * queues
@@ -91,14 +93,17 @@ class ReplaySamples:
             else:
                 running[q] += 1
                 need = 0
+            main = main_resource(record.request, self.capacity)
             for r, amount in record.request:
                 held[q][r] += amount * bound
                 waiting[q][r] += amount * need
+                if r == main:
+                    waiting_main[q][r] += amount * need
                 if state == RUNNING:
                     running_use[q][r] += amount * bound
         cap = self.capacity
         ur = self.util_r
-        got = figures(running_use, held, waiting, cap, ur, self.weights)
+        got = figures(running_use, held, waiting, cap, ur, self.weights, waiting_main)
         sample = Sample(
             time=now,
             utilization=got.utilization,
@@ -110,6 +115,9 @@ class ReplaySamples:
             usage=tuple(v[ur] / self.util_scale for v in held) if cap else (0.0,) * queues,
             share=got.shares,
             fair_share=got.fair,
+            fairness_dominant=got.dominant_error,
+            running_by_resource=got.running,
+            fair_by_resource=got.fair_by_resource,
         )
         samples = self.samples
         if samples and samples[-1].time >= now:
@@ -117,20 +125,30 @@ class ReplaySamples:
         else:
             samples.append(sample)
 
-    def means(self, start: float, end: float) -> tuple[float, float, float]:
+    def means(self, start: float, end: float) -> tuple[float, float, tuple[float, float]]:
         """Time means over [start, end] of the step functions the samples describe:
-        utilization, allocation, fairness error."""
+        utilization, allocation, and the fairness errors (`simulator.fairness`, and as before
+        issue 33)."""
         span = end - start
         if span <= 0:
-            return 0.0, 0.0, 0.0
-        totals = [0.0, 0.0, 0.0]
+            return 0.0, 0.0, (0.0, 0.0)
+        totals = [0.0, 0.0]
+        fairness: FairnessMeter | None = None
         samples = self.samples
         for i, sample in enumerate(samples):
             left = max(sample.time, start)
             right = min(samples[i + 1].time if i + 1 < len(samples) else end, end)
             if right <= left:
                 continue
-            values = (sample.utilization, sample.allocation, sample.fairness_error)
-            for k in range(3):
-                totals[k] += values[k] * (right - left)
-        return totals[0] / span, totals[1] / span, totals[2] / span
+            if fairness is None:
+                fairness = FairnessMeter()
+            totals[0] += sample.utilization * (right - left)
+            totals[1] += sample.allocation * (right - left)
+            fairness.advance(
+                right - left,
+                sample.running_by_resource,
+                sample.fair_by_resource,
+                sample.fairness_dominant,
+            )
+        fair, dominant = fairness.integrals() if fairness else (0.0, 0.0)
+        return totals[0] / span, totals[1] / span, (fair / span, dominant / span)

@@ -258,7 +258,7 @@ class Timeline:
             end = max(ends, default=first_submit)
         end = max(end, first_submit)
         self.incidents.sort(key=lambda i: i.time)
-        util, alloc, fair = self.samples.means(first_submit, end)
+        util, alloc, (fair, dominant) = self.samples.means(first_submit, end)
         return EngineResult(
             admission=self.admission,
             trace=self.trace.name,
@@ -273,6 +273,8 @@ class Timeline:
             utilization_mean=util,
             allocation_mean=alloc,
             fairness_error=fair,
+            fairness_dominant=dominant,
+            resources=self.samples.resources,
             events=self.events,
             plan_calls=plan_calls,
             plan_seconds=plan_seconds,

@@ -211,8 +211,12 @@ class Sample:
     holding: tuple[int, ...]
     running: tuple[int, ...]
     usage: tuple[float, ...]  # per queue, utilization resource held (display units, e.g. cores)
-    share: tuple[float, ...]  # per queue, dominant share held by running gangs
-    fair_share: tuple[float, ...]
+    share: tuple[float, ...]  # per queue, share of the resource shared worst held by running gangs
+    fair_share: tuple[float, ...]  # per queue, its fair share of that resource
+    fairness_dominant: float = 0.0  # the instant error as measured before issue 33
+    # Per queue and resource: running shares and fair shares (simulator.fairness).
+    running_by_resource: tuple[tuple[float, ...], ...] = ()
+    fair_by_resource: tuple[tuple[float, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +246,7 @@ class EngineResult:
     utilization_mean: float
     allocation_mean: float
     fairness_error: float
+    """The time mean of the instant fairness error (`simulator.fairness`)."""
     events: int
     plan_calls: int
     plan_seconds: float
@@ -255,6 +260,14 @@ class EngineResult:
     """Admission `external`: the outside controller's name for reports (`--external-name`)."""
     topology: dict[str, Any] | None = None
     """A trace with topology levels: its figures (`simulator.domainmodel.DomainModel.figures`)."""
+    fairness_dominant: float | None = None
+    """The time mean of the fairness error as measured before issue 33."""
+    utilization_by_resource: dict[str, float] | None = None
+    """Each resource's mean share held by running gangs, over the run."""
+    curve: Any = None
+    """`simulator.sampling.UtilizationCurve` of the in-process engine (None on kwok)."""
+    resources: tuple[str, ...] = ()
+    """The resources of the samples' per-resource shares, in their order."""
 
 
 ProgressFn = Callable[[float, int, int], None]

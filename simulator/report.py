@@ -114,6 +114,10 @@ def summarize(result: EngineResult, classes: Mapping[str, str] | None = None) ->
         "utilization_mean": _round(result.utilization_mean, 4),
         "allocation_mean": _round(result.allocation_mean, 4),
         "fairness_error": _round(result.fairness_error, 4),
+        "fairness_error_dominant": _round(result.fairness_dominant, 4),
+        "utilization_by_resource": {
+            name: _round(value, 4) for name, value in (result.utilization_by_resource or {}).items()
+        },
         "wait_mean_s": overall["wait_mean_s"],
         "wait_p50_s": overall["wait_p50_s"],
         "wait_p95_s": overall["wait_p95_s"],
@@ -268,6 +272,7 @@ def write_plots(results: Sequence[EngineResult], out_dir: Path) -> list[tuple[st
     x_end = max((_x_end(r) for r in results), default=1.0)
     figures = _Figures(plt, len(results), out_dir)
     _plot_utilization(figures, results, x_end)
+    _plot_fairness(figures, results, x_end)
     _plot_pending(figures, results, x_end)
     _plot_wait_cdf(figures, results)
     _plot_incidents(figures, results, x_end)
@@ -295,19 +300,64 @@ class _Figures:
 
 
 def _plot_utilization(figures: _Figures, results: Sequence[EngineResult], x_end: float) -> None:
+    resource = results[0].utilization_resource if results else "cpu"
     fig, axes = figures.new(
         "utilization.png",
-        "Cluster utilization: share of the cluster's "
-        f"{results[0].utilization_resource if results else 'cpu'} held by running gangs (solid) "
-        "and by any bound pod (dashed; the gap is capacity held by gangs that are not running).",
+        "Cluster utilization: share of each resource held by running gangs (solid; on a GPU "
+        f"trace the GPUs are what matters) and of the {resource} held by any bound pod "
+        "(dashed; the gap is capacity held by gangs that are not running).",
     )
     for ax, result in zip(axes, results, strict=True):
         times, (util, alloc) = _series(result, x_end, lambda s: (s.utilization, s.allocation))
-        ax.step(times, util, where="post", label="running")
-        ax.step(times, alloc, where="post", linestyle="--", label="bound")
+        names = list(result.utilization_by_resource or {}) or [
+            name for name in result.resources if name != "pods"
+        ]
+        shown = False
+        for name in names:
+            r = _resource_index(result, name)
+            if r is None:
+                continue
+            _, (running, _) = _series(result, x_end, _resource_share(r))
+            ax.step(times, running, where="post", label=f"{name} running")
+            shown = True
+        if not shown:
+            ax.step(times, util, where="post", label=f"{resource} running")
+        ax.step(times, alloc, where="post", linestyle="--", label=f"{resource} bound")
         ax.set_ylim(0, 1.05)
         _decorate(ax, result, "share of cluster")
     figures.save(fig, "utilization.png")
+
+
+def _plot_fairness(figures: _Figures, results: Sequence[EngineResult], x_end: float) -> None:
+    fig, axes = figures.new(
+        "fairness.png",
+        "Fairness error over time: for the resource shared worst, how far below their fair "
+        "share of what runs the queues run, summed (solid; docs/simulator.md, *Fairness "
+        "error*), and the measure before issue 33 (dashed: dominant shares of every resource "
+        "added). The run's figure is the time mean of the solid line.",
+    )
+    for ax, result in zip(axes, results, strict=True):
+        times, (error, old) = _series(
+            result, x_end, lambda s: (s.fairness_error, s.fairness_dominant)
+        )
+        ax.step(times, error, where="post", label="fairness error")
+        ax.step(times, old, where="post", linestyle="--", label="before issue 33")
+        ax.set_ylim(0, 1.05)
+        _decorate(ax, result, "error")
+    figures.save(fig, "fairness.png")
+
+
+def _resource_index(result: EngineResult, name: str) -> int | None:
+    """The index of resource ``name`` in the samples' per-resource shares, if recorded."""
+    return result.resources.index(name) if name in result.resources else None
+
+
+def _resource_share(r: int) -> Callable[[Sample], tuple[float, float]]:
+    def pick(sample: Sample) -> tuple[float, float]:
+        share = sum(row[r] for row in sample.running_by_resource if r < len(row))
+        return share, 0.0
+
+    return pick
 
 
 def _plot_pending(figures: _Figures, results: Sequence[EngineResult], x_end: float) -> None:

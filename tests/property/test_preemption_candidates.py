@@ -5,6 +5,7 @@ every admitted gang of the cluster for every preemptor, kept below as the refere
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from unittest import mock
 
@@ -27,12 +28,17 @@ def _scan_every_admitted_gang(
     admitted_now: set[str],
     preempted: Mapping[str, Reason],
 ) -> list[preemption._Victim]:
-    """The reference: `_candidates` as first written (every admitted gang, every time)."""
+    """The reference: `_candidates` as first written (every admitted gang, every time), with
+    the rules issue 33 added (no reclaim while borrowing, the final-share check)."""
     state = ground.state
     shares = ground.shares
     tree = state.tree
     queues = tree.queues
     rules = queue.preemption
+    if rules.reclaim_within_cohort != "Never" and not preemption._within_nominal(
+        state, gang, queue.name
+    ):
+        rules = dataclasses.replace(rules, reclaim_within_cohort="Never")
     root = tree.ancestors(queue.name)[-1]
     mine = shares.share_of(queue.name, fit, gang.size)
     index = state.cluster.index
@@ -65,7 +71,8 @@ def _scan_every_admitted_gang(
         key = (other.priority, -other.submitted.time, -share, other.id)
         ranked.append((key, preemption._Victim(victim, leaf, demand, nodes, rule)))
     ranked.sort(key=lambda item: item[0])
-    return [victim for _, victim in ranked]
+    before = shares.share_of(queue.name, fit, 0)
+    return preemption._final_share(shares, fit, before, [victim for _, victim in ranked])
 
 
 def _reference_rule(

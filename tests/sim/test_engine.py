@@ -121,10 +121,19 @@ def test_blog_burst_none_clogs_and_muster_completes(tmp_path: Path) -> None:
     """The README's main job: both engines on the shipped blog burst, one report."""
     out = tmp_path / "out"
     assert main(["sim", "--out", str(out), "--quiet"]) == 0
-    for name in ("summary.json", "gangs.csv", "queues.csv", "report.html", "utilization.png"):
+    for name in (
+        "summary.json",
+        "gangs.csv",
+        "queues.csv",
+        "report.html",
+        "utilization.png",
+        "fairness.png",
+    ):
         assert (out / name).is_file(), name
     summary = json.loads((out / "summary.json").read_text())
     none, muster = summary["none"], summary["muster"]
+    assert set(muster["utilization_by_resource"]) == {"cpu", "memory"}
+    assert muster["utilization_by_resource"]["cpu"] == muster["utilization_mean"]
     assert none["stuck_gangs"] > 0 and none["clogs"] > 0
     assert muster["stuck_gangs"] == 0
     assert muster["finished"] == summary["trace"]["gangs"] == 106

@@ -39,6 +39,26 @@ def test_a_family_trace_is_valid_deterministic_and_has_a_flood_and_big_gangs(see
     assert 3 <= len(leaves) <= 4
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_nominal_quotas_split_every_node_the_queues_can_use(seed: int) -> None:
+    # The cohort holds no more than its queues' nominal quotas: quotas that split only the CPU
+    # nodes left a GPU pool's CPU, usable by every queue's jobs, idle by quota (seed 21).
+    document = family_document(FamilySpec(quota_probability=1.0), seed)
+    groups = {group["name"]: group for group in document["cluster"]["nodes"]}
+    leaves = [q for q in document["queues"] if q.get("parent") == "org"]
+    usable = groups["cpu"]["count"] * 32
+    gpu = groups.get("gpu")
+    gpu_jobs = any("-gpu-" in job["name"] for job in document["jobs"])
+    if gpu is not None and ("taints" not in gpu or gpu_jobs):
+        usable += gpu["count"] * 48
+    assert sum(int(q["nominal"]["cpu"]) for q in leaves) == usable
+    # Split by weight: each within one core of its part.
+    total = sum(q["weight"] for q in leaves)
+    for queue in leaves:
+        assert abs(int(queue["nominal"]["cpu"]) - usable * queue["weight"] / total) < 1
+
+
 def test_seeds_draw_different_traces() -> None:
     assert family_document(SMALL, 1) != family_document(SMALL, 2)
     assert set(ROLES) >= {"flood", "big"}
@@ -107,6 +127,8 @@ def test_judge_counts_traces_where_muster_is_at_least_as_good_and_names_the_wors
     assert (report.pairs, report.pairs_good) == (6, 5)
     assert report.worst_pair is not None and report.worst_pair[1:3] == ("2", "b")
     assert report.worst_pair[0] > P95_SLACK
+    rows_by_key = {v.row.key: v for v in report.verdicts}
+    assert rows_by_key["utilization_common"].compared == 0  # none of these summaries has it
     line = json_line(report, {"traces": 3})
     assert line["rows"]["utilization_mean"]["worst_seed"] == "2"
     assert line["queue_p95_pairs"] == 6
@@ -148,3 +170,24 @@ def test_the_summary_table_has_a_wait_row_per_queue() -> None:
         "muster": {"queues": {"a": {"wait_p50_s": 2.0, "wait_p95_s": 3.0, "wait_max_s": 4.0}}},
     }
     assert queue_rows(summaries) == [["a wait p50/p95/max (s)", "1 / 2,500 / –", "2 / 3 / 4"]]
+
+
+def test_utilization_over_the_same_window_is_judged_resource_by_resource() -> None:
+    even = {"cpu": 0.5, "nvidia.com/gpu": 0.5}
+    results = [
+        (
+            _summary("family-1", utilization_common=even),
+            _summary("family-1", utilization_common=even),
+        ),
+        (
+            _summary("family-2", utilization_common=even),
+            _summary("family-2", utilization_common={"cpu": 0.9, "nvidia.com/gpu": 0.4}),
+        ),
+    ]
+    report = judge(results)
+    row = next(v for v in report.verdicts if v.row.key == "utilization_common")
+    assert (row.good, row.compared) == (1, 2)  # more CPU does not make up for fewer GPUs
+    shown = next(line for line in table(report) if line[0].startswith("utilization, same"))
+    assert shown[2] == "seed 2 nvidia.com/gpu: 0.500 -> 0.400"
+    fairness = next(line for line in table(report) if line[0].startswith("fairness error <="))
+    assert fairness[1] == "2/2"

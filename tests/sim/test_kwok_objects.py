@@ -29,6 +29,7 @@ from policies.vocabulary import (
 )
 from simulator.controlplane.minicluster import job_for
 from simulator.engine import FAILED, FINISHED, PENDING, RUNNING, STUCK, GangRecord
+from simulator.fairness import water_fill
 from simulator.kwok_muster import topology_flags
 from simulator.kwok_objects import (
     SIM_RUN,
@@ -41,7 +42,6 @@ from simulator.kwok_objects import (
 )
 from simulator.kwok_settings import KwokSettings, check_trace
 from simulator.kwok_timeline import Timeline
-from simulator.sampling import water_fill
 from simulator.trace import expand, from_dict, load
 from tests import builders
 

@@ -569,7 +569,8 @@ def test_a_big_gang_that_waited_long_holds_against_younger_gangs_of_queues_above
     assert late.pending["ns/small"] == Reason(
         "Reserved",
         "capacity reserved for big gang ns/big, older and waiting for 2m (size ratio: a big "
-        "gang is not starved; queues below their fair share are not held back)",
+        "gang is not starved; queues below their fair share and the big gang's queue are not "
+        "held back)",
     )
     assert late.pending["ns/big"].code == "NoFit"
 
@@ -611,13 +612,15 @@ def test_an_aged_holder_left_without_quota_still_says_it_holds_the_reservation()
     # Found by Hypothesis (test_at_most_one_reservation_and_every_wait_for_it_names_it, with
     # more examples). Big's quota sufficed at the start of the plan (it has waited
     # STARVATION_AFTER: it holds from then on); small (queue b, below its fair share, not held
-    # back) comes first in DRF order and takes 2 of the 8 cpu a may borrow. Big now waits for
-    # quota, still holding younger off the node: its own reason says so too.
+    # back) comes first in DRF order and takes 2 of the 8 cpu both borrow from their cohort.
+    # Big now waits for quota, still holding younger off the node: its own reason says so too.
+    # (The cohort holds the quota: with 8 cpu of b's nominal quota, b's waiting gang would
+    # hold it for b, and big would wait for quota from the start: policies/quotahold.py.)
     tree = QueueTree.build(
         [
-            Queue("org", size_ratio=None),
+            Queue("org", nominal=Resources(cpu=8 * CPU), size_ratio=None),
             Queue("a", parent="org", size_ratio=SizeRatio(0.3)),
-            Queue("b", parent="org", nominal=Resources(cpu=8 * CPU), size_ratio=None),
+            Queue("b", parent="org", size_ratio=None),
         ]
     )
     pending = [
@@ -748,3 +751,56 @@ def test_runtime_limit_must_be_positive_and_finite() -> None:
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(PolicyError, match=r"runtimeLimit \(spec.activeDeadlineSeconds\)"):
             gang("g", 1, 1, runtime_limit=bad)
+
+
+def test_of_the_big_gangs_past_their_bound_the_queue_lowest_in_share_holds() -> None:
+    # a's big gang is older, but a holds a node; c holds nothing: c's big gang holds the
+    # reservation, and a's younger small gang keeps off it.
+    tree = QueueTree.build(
+        [Queue("a", size_ratio=SizeRatio(0.3)), Queue("c", size_ratio=SizeRatio(0.3))]
+    )
+    busy = running(gang("busy", 8, 1, queue="a"), {"n0": 1})
+    pending = [
+        gang("old-big", 8, 4, queue="a", t=0),
+        gang("young-big", 8, 4, queue="c", t=10),
+        gang("small", 2, 1, queue="a", t=20),
+    ]
+    decisions = run(pending, tree, admitted=[busy], now=STARVATION_AFTER + 20)
+    assert "holds a reservation" in decisions.pending["ns/young-big"].message
+    assert "reserved for big gang ns/young-big" in decisions.pending["ns/small"].message
+
+
+def test_a_queue_below_its_share_but_above_the_holders_queue_is_held_back() -> None:
+    # Four queues of weight 1 (fair share a quarter each). b holds a node (an eighth: below
+    # its quarter) and a, holding nothing, has an aged big gang of eight nodes: b's younger
+    # gang keeps off the reservation; d, holding nothing either, is not held back.
+    tree = QueueTree.build([Queue(name, size_ratio=SizeRatio(0.3)) for name in "abcd"])
+    busy = running(gang("busy", 8, 1, queue="b"), {"n0": 1})
+    pending = [
+        gang("big", 8, 8, queue="a", t=0),
+        gang("more", 2, 1, queue="b", t=10),
+        gang("first", 2, 1, queue="d", t=10),
+    ]
+    decisions = run(pending, tree, nodes=cluster(8), admitted=[busy], now=STARVATION_AFTER)
+    assert "ns/first" in admitted_ids(decisions)
+    assert decisions.pending["ns/more"].code == "Reserved"
+
+
+def test_a_preempted_gang_does_not_pass_an_aged_big_gang_by_its_old_stamp() -> None:
+    # Requeued at its submission stamp, a preempted gang keeps its place in its queue, but it
+    # ran while the big gang waited: it keeps off the reservation as a younger gang would
+    # (seed 30 of the trace family: preempted gangs came back onto the reserved nodes again and
+    # again, and the big gang waited 7,000 s). A gang as old that was never preempted passes.
+    tree = QueueTree.build(
+        [Queue("a", size_ratio=SizeRatio(0.3)), Queue("b", size_ratio=SizeRatio(0.3))]
+    )
+    busy = running(gang("busy", 8, 1, queue="b"), {"n0": 1})
+    for preemptions, admitted in ((1, False), (0, True)):
+        pending = [
+            gang("big", 8, 4, queue="a", t=10),
+            gang("back", 2, 1, queue="b", t=0, preemptions=preemptions),
+        ]
+        decisions = run(pending, tree, admitted=[busy], now=STARVATION_AFTER + 10)
+        assert ("ns/back" in admitted_ids(decisions)) is admitted
+        if not admitted:
+            assert decisions.pending["ns/back"].code == "Reserved"

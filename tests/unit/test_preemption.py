@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from policies import AdmittedGang, Gang, Queue, QueueTree, Resources, Snapshot, plan
+from policies import AdmittedGang, Gang, Queue, QueueTree, Resources, SizeRatio, Snapshot, plan
 from policies.model import Preemption
+from policies.reservation import STARVATION_AFTER
 from tests.unit.test_planner import CPU, admitted_ids, cluster, gang, run
 
 
@@ -156,15 +157,17 @@ def test_the_same_snapshot_gives_the_same_preemptions() -> None:
 
 def test_a_node_blind_preemptor_is_admitted_whole() -> None:
     """A queue without node fit admits on quota alone: a preemptor there gets its whole size
-    and no placement (it was once recorded with size 0, the sum of an empty placement)."""
+    and no placement (it was once recorded with size 0, the sum of an empty placement). (b
+    reclaims within its own nominal quota: a queue that borrows reclaims nothing.)"""
     tree = QueueTree.build(
         [
-            Queue("org", nominal=Resources(cpu=32 * CPU), size_ratio=None),
+            Queue("org", nominal=Resources(cpu=16 * CPU), size_ratio=None),
             Queue("a", parent="org", size_ratio=None),
             Queue(
                 "b",
                 parent="org",
                 weight=2,
+                nominal=Resources(cpu=16 * CPU),
                 size_ratio=None,
                 preemption=Preemption(reclaim_within_cohort="Any"),
                 node_fit=False,
@@ -273,3 +276,78 @@ def test_a_second_preemptor_sees_the_shares_the_first_preemption_left() -> None:
     assert admitted_ids(decisions) == ["ns/b-wants"]
     assert sorted(decisions.preempted) == ["ns/a2", "ns/a3"]
     assert "ns/c-wants" in decisions.pending
+
+
+def test_fair_share_reclaim_never_leaves_the_victims_queue_below_the_preemptors() -> None:
+    # a holds three nodes with one gang (share 0.75), b one node (0.25 / weight 2 = 0.125) and
+    # waits with a one-node gang. Taking a's gang would leave a at 0, below b's 0.125: a would
+    # be the queue furthest below its share, readmitted, and preempted again (seed 3 of the
+    # trace family). Three one-node gangs of a: one of them goes, a keeps 0.5.
+    tree = cohort(Preemption(fair_share="Reclaim"))
+    b0 = held(gang("b0", 8, 1, queue="b", t=0), {"n3": 1})
+    whole = [held(gang("big", 8, 3, queue="a", t=1), {"n0": 1, "n1": 1, "n2": 1}), b0]
+    wants = [gang("wants", 8, 1, queue="b", t=10)]
+    decisions = run(wants, tree, admitted=whole)
+    assert decisions.preempted == {}
+    assert admitted_ids(decisions) == []
+    split = [held(gang(f"a{i}", 8, 1, queue="a", t=1 + i), {f"n{i}": 1}) for i in range(3)]
+    decisions = run(wants, tree, admitted=[*split, b0])
+    assert list(decisions.preempted) == ["ns/a2"]
+    assert admitted_ids(decisions) == ["ns/wants"]
+
+
+def test_a_preemptor_held_back_by_the_reservation_lands_off_the_reserved_nodes() -> None:
+    # a's big gang (3 nodes) has waited its bound and holds the reservation: the most free
+    # nodes n2, n3 and n1. b's urgent gang is held back (b holds more than a); preempting the
+    # youngest low gang (on n1, reserved) would put it there: it preempts the one on n0.
+    tree = QueueTree.build(
+        [
+            Queue("org", size_ratio=None),
+            Queue("a", parent="org", size_ratio=SizeRatio(0.3)),
+            Queue(
+                "b",
+                parent="org",
+                size_ratio=SizeRatio(0.3),
+                preemption=Preemption(within_queue="LowerPriority"),
+            ),
+        ]
+    )
+    admitted = [
+        held(gang("low0", 8, 1, queue="b", t=1), {"n0": 1}),
+        held(gang("low1", 4, 1, queue="b", t=2), {"n1": 1}),
+    ]
+    pending = [
+        gang("big", 8, 3, queue="a", t=0),
+        gang("urgent", 8, 1, queue="b", t=5, priority=10),
+    ]
+    decisions = run(pending, tree, admitted=admitted, now=STARVATION_AFTER + 10)
+    assert list(decisions.preempted) == ["ns/low0"]
+    assert decisions.admitted[0].gang_id == "ns/urgent"
+    assert decisions.admitted[0].placement == {"n0": 1}
+
+
+def test_a_queue_that_borrows_with_its_preemptor_reclaims_nothing() -> None:
+    # a holds the four nodes, all borrowed (it has no nominal quota). b's gang needs 16 cpu:
+    # with 8 cpu of nominal quota it would borrow too, and a keeps its gangs (as Kueue: no
+    # reclaim while borrowing, or two borrowing queues would reclaim from each other in
+    # turn). With 16, b reclaims what it needs.
+    def world(wants: int) -> QueueTree:
+        return QueueTree.build(
+            [
+                Queue("org", nominal=Resources(cpu=24 * CPU), size_ratio=None),
+                Queue("a", parent="org", size_ratio=None),
+                Queue(
+                    "b",
+                    parent="org",
+                    nominal=Resources(cpu=wants * CPU),
+                    size_ratio=None,
+                    preemption=Preemption(reclaim_within_cohort="Any"),
+                ),
+            ]
+        )
+
+    pending = [gang("wants", 8, 2, queue="b", t=10)]
+    decisions = run(pending, world(8), admitted=queue_a_holds_everything())
+    assert decisions.preempted == {}
+    decisions = run(pending, world(16), admitted=queue_a_holds_everything())
+    assert sorted(decisions.preempted) == ["ns/a2", "ns/a3"]

@@ -1,0 +1,103 @@
+"""The fairness error of a run (docs/simulator.md, *Fairness error*): each queue's fair share of
+what runs, per resource, and how far below it the queues run.
+
+Per resource, what runs of it is the capacity to share (idle capacity is the utilization
+figure's business), split among the queues that want it by weight, each capped by its demand:
+the weighted max-min split (`water_fill`), as KAI divides each resource (deserved, then
+over-quota by weight, capped by what is requested). A queue's demand for a resource is what it
+holds of it plus what its waiting gangs ask for *where that is their dominant resource*: a gang
+waiting for GPUs that are all in use could not use the CPU its pods would also ask for, so it is
+owed GPUs, not CPU. The error at an instant is, for the resource shared worst, how far below
+their fair share the queues run, summed (as shares of that resource's capacity); the run's
+figure is its time mean.
+
+With one resource this is the measure before issue 33. With several, that measure added each
+queue's dominant share, whatever its resource, into one total and split that: a queue holding
+every GPU counted as holding as much as a queue holding all the CPU, and a waiting GPU gang's CPU
+counted as demand for CPU (`fairness_error_dominant`, kept beside it). The two disagree on whether
+a queue that holds a resource nobody else wants is owed less of the others: dominant resource
+fairness says so, KAI's per-resource division and muster's own order of queue heads (each head
+compared by its queue's share of what it asks for: `policies.shares.Shares.head_share`) do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["FairnessMeter", "error_of", "fair_shares", "instant_error", "water_fill"]
+
+
+def water_fill(demands: Sequence[float], weights: Sequence[float], total: float) -> list[float]:
+    """Weighted max-min fair split of `total` (a dominant share) among queues, each capped by
+    its demand: the fair shares of the measure before issue 33 (`fairness_error_dominant`)."""
+    fair = [0.0] * len(demands)
+    active = [i for i, d in enumerate(demands) if d > 0]
+    remaining = total
+    while active and remaining > 1e-12:
+        total_weight = sum(weights[i] for i in active)
+        satisfied = [i for i in active if demands[i] <= remaining * weights[i] / total_weight]
+        if not satisfied:
+            for i in active:
+                fair[i] = remaining * weights[i] / total_weight
+            break
+        for i in satisfied:
+            fair[i] = demands[i]
+            remaining -= demands[i]
+        active = [i for i in active if i not in satisfied]
+    return fair
+
+
+Matrix = Sequence[Sequence[float]]
+"""Per queue, per resource: a share of the resource's capacity."""
+
+
+def fair_shares(demands: Matrix, weights: Sequence[float], running: Matrix) -> list[list[float]]:
+    """Per queue and resource, its fair share of what runs of the resource (see the module
+    docstring): ``demands`` and ``running`` are shares of each resource's capacity."""
+    queues = len(demands)
+    width = len(demands[0]) if queues else 0
+    fair = [[0.0] * width for _ in range(queues)]
+    for r in range(width):
+        split = water_fill(
+            [demands[q][r] for q in range(queues)],
+            weights,
+            sum(running[q][r] for q in range(queues)),
+        )
+        for q in range(queues):
+            fair[q][r] = split[q]
+    return fair
+
+
+def error_of(running: Matrix, fair: Matrix) -> float:
+    """For the resource shared worst, how far below their fair share the queues run, summed."""
+    worst = 0.0
+    for r in range(len(running[0]) if running else 0):
+        worst = max(worst, sum(max(0.0, f[r] - s[r]) for f, s in zip(fair, running, strict=True)))
+    return worst
+
+
+def instant_error(shares: Sequence[float], fair: Sequence[float]) -> float:
+    """How far below its fair share each queue runs, summed (one share per queue)."""
+    return sum(max(0.0, f - s) for f, s in zip(fair, shares, strict=True))
+
+
+class FairnessMeter:
+    """The time integrals behind a run's fairness figures, fed once per instant with the queues'
+    running and fair shares of each resource since the previous instant: the error by this
+    module's measure and by the one before issue 33."""
+
+    __slots__ = ("dominant", "instant")
+
+    def __init__(self) -> None:
+        self.instant = 0.0  # integral of the error
+        self.dominant = 0.0  # integral of the error before issue 33
+
+    def advance(self, span: float, running: Matrix, fair: Matrix, dominant_error: float) -> None:
+        """``span`` seconds went by with these running and fair shares, and old-measure error."""
+        if span > 0:
+            self.instant += error_of(running, fair) * span
+            self.dominant += dominant_error * span
+
+    def integrals(self) -> tuple[float, float]:
+        """(this measure's, the one before issue 33's) error integrals so far."""
+        return self.instant, self.dominant
