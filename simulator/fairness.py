@@ -9,14 +9,14 @@ holds of it plus what its waiting gangs ask for *where that is their dominant re
 waiting for GPUs that are all in use could not use the CPU its pods would also ask for, so it is
 owed GPUs, not CPU. The error at an instant is, for the resource shared worst, how far below
 their fair share the queues run, summed (as shares of that resource's capacity); the run's
-figure is its time mean.
+figure is its time mean: the summaries' `fairness_error_by_resource`.
 
-With one resource this is the measure before issue 33. With several, that measure added each
-queue's dominant share, whatever its resource, into one total and split that: a queue holding
-every GPU counted as holding as much as a queue holding all the CPU, and a waiting GPU gang's CPU
-counted as demand for CPU (`fairness_error_dominant`, kept beside it). The two disagree on whether
-a queue that holds a resource nobody else wants is owed less of the others: dominant resource
-fairness says so, KAI's per-resource division and muster's own order of queue heads (each head
+With one resource this is `fairness_error`, the measure of every report before issue 33. With
+several, that measure adds each queue's dominant share, whatever its resource, into one total
+and splits that: a queue holding every GPU counts as holding as much as a queue holding all the
+CPU, and a waiting GPU gang's CPU counts as demand for CPU. The two disagree on whether a queue
+that holds a resource nobody else wants is owed less of the others: dominant resource fairness
+says so, KAI's per-resource division and muster's own order of queue heads (each head
 compared by its queue's share of what it asks for: `policies.shares.Shares.head_share`) do not.
 """
 
@@ -29,7 +29,7 @@ __all__ = ["FairnessMeter", "error_of", "fair_shares", "instant_error", "water_f
 
 def water_fill(demands: Sequence[float], weights: Sequence[float], total: float) -> list[float]:
     """Weighted max-min fair split of `total` (a dominant share) among queues, each capped by
-    its demand: the fair shares of the measure before issue 33 (`fairness_error_dominant`)."""
+    its demand: the fair shares of `fairness_error`, the measure before issue 33."""
     fair = [0.0] * len(demands)
     active = [i for i, d in enumerate(demands) if d > 0]
     remaining = total

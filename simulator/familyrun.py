@@ -72,6 +72,7 @@ ROWS: tuple[Row, ...] = (
     Row("wait_p95_s", "wait p95 (s)", duration=True),
     Row("wait_max_s", "wait max (s)", duration=True),
     Row("fairness_error", "fairness error"),
+    Row("fairness_error_by_resource", "fairness error, per resource"),
 )
 
 
