@@ -67,12 +67,7 @@ class DeviceBook:
         catalog = self.catalog
         if catalog is None:
             return set()
-        if kind == "deviceclass":
-            return set(catalog.classes)
-        if kind == "resourceslice":
-            return catalog.slice_names()
-        held = catalog.templates if kind == "resourceclaimtemplate" else catalog.claim_keys()
-        return {f"{namespace}/{name}" for namespace, name in held}
+        return catalog.held(f"{kind}es" if kind.endswith("s") else f"{kind}s")
 
     def apply(self, kind: str, event: str | None, body: Mapping[str, Any]) -> bool:
         """A watch event of a DRA kind; True when the planner must look again."""

@@ -97,13 +97,7 @@ class WebhookDevices:
         return False
 
     def _held(self, plural: str) -> set[str]:
-        catalog = self.catalog
-        if plural == "deviceclasses":
-            return set(catalog.classes)
-        if plural == "resourceslices":
-            return catalog.slice_names()
-        keys = catalog.templates if plural == "resourceclaimtemplates" else catalog.claim_keys()
-        return {f"{namespace}/{name}" for namespace, name in keys}
+        return self.catalog.held(plural)
 
     @staticmethod
     def _key(plural: str, body: Mapping[str, Any]) -> str:

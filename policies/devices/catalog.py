@@ -255,22 +255,29 @@ class DeviceCatalog:
     def template_devices(self, namespace: str, name: str) -> Resources:
         """What each claim made from template `namespace/name` requests; DeviceError when it
         does not exist (yet) or cannot be counted."""
-        spec = self.templates.get((namespace, name))
         where = f"ResourceClaimTemplate {namespace}/{name}"
-        if spec is None:
-            raise DeviceMissing(
-                f"{where} not found: the gang waits until it exists (create it in the gang's "
-                "namespace)"
-            )
-        return claim_devices(spec, f"{where}: spec.spec", self.mapping, self.class_problem)
+        return self._devices(self.templates.get((namespace, name)), where, f"{where}: spec.spec")
 
     def claim_devices(self, namespace: str, name: str) -> Resources:
         """What the shared claim `namespace/name` requests; DeviceError as `template_devices`."""
-        spec = self.claims.get((namespace, name))
         where = f"ResourceClaim {namespace}/{name}"
+        return self._devices(self.claims.get((namespace, name)), where, f"{where}: spec")
+
+    def _devices(self, spec: Mapping[str, Any] | None, where: str, path: str) -> Resources:
         if spec is None:
             raise DeviceMissing(
                 f"{where} not found: the gang waits until it exists (create it in the gang's "
                 "namespace)"
             )
-        return claim_devices(spec, f"{where}: spec", self.mapping, self.class_problem)
+        return claim_devices(spec, path, self.mapping, self.class_problem)
+
+    def held(self, plural: str) -> set[str]:
+        """The keys of what the catalog holds of the DRA resource ``plural`` (`deviceclasses`,
+        `resourceslices`: names; `resourceclaimtemplates`, `resourceclaims`: namespace/name),
+        for the watches that keep it current."""
+        if plural == "deviceclasses":
+            return set(self.classes)
+        if plural == "resourceslices":
+            return self.slice_names()
+        keys = self.templates if plural == "resourceclaimtemplates" else self.claim_keys()
+        return {f"{namespace}/{name}" for namespace, name in keys}

@@ -145,6 +145,15 @@ def test_the_refresher_fills_the_cache_in_the_background() -> None:
     assert cache.status.estimates["ns/second"].start == NOW + 600
 
 
+async def poked(refresher: EstimateRefresher) -> bool:
+    """Poke the refresher and wait for the refresh it starts; True if one ran."""
+    before = refresher.runs
+    refresher.poke()
+    if refresher._task is not None:
+        await refresher._task
+    return refresher.runs > before
+
+
 def test_an_unchanged_cache_is_estimated_again_only_after_unchanged_every() -> None:
     cache = plan_listing(_deadline_listing(), now=NOW).cache
 
@@ -159,20 +168,13 @@ def test_an_unchanged_cache_is_estimated_again_only_after_unchanged_every() -> N
             on_demand=False,
         )
 
-        async def poked() -> bool:
-            before = refresher.runs
-            refresher.poke()
-            if refresher._task is not None:
-                await refresher._task
-            return refresher.runs > before
-
-        assert await poked()
-        assert not await poked()  # nothing changed: the estimates stand
+        assert await poked(refresher)
+        assert not await poked(refresher)  # nothing changed: the estimates stand
         cache.status.touch("ns/second")  # a gang's visible state changed
-        assert await poked()
-        assert not await poked()
+        assert await poked(refresher)
+        assert not await poked(refresher)
         refresher._last -= 60.0  # a minute later, still nothing changed: time passing counts
-        assert await poked()
+        assert await poked(refresher)
         await refresher.stop()
 
     asyncio.run(go())
@@ -193,18 +195,11 @@ def test_estimates_are_computed_while_someone_asks_for_them() -> None:
     async def go() -> None:
         refresher = EstimateRefresher(cache, "drf", interval=0.0, pace=0.0, clock=lambda: NOW)
 
-        async def poked() -> bool:
-            before = refresher.runs
-            refresher.poke()
-            if refresher._task is not None:
-                await refresher._task
-            return refresher.runs > before
-
-        assert not await poked()  # nobody asked: nothing computed
+        assert not await poked(refresher)  # nobody asked: nothing computed
         body = estimate_body(cache, "ns/second", NOW)
         assert body["unknown"].startswith("not estimated yet")
         assert first_asks == [NOW]  # the first ask wakes the controller
-        assert await poked()
+        assert await poked(refresher)
         assert estimate_body(cache, "ns/second", NOW)["startsInSeconds"] == 600.0
         assert first_asks == [NOW]  # only the first ask of a quiet spell does
         asked = cache.status.estimates_asked_at
@@ -212,7 +207,7 @@ def test_estimates_are_computed_while_someone_asks_for_them() -> None:
         cache.status.estimates_asked_at = asked - DEMAND_WINDOW - 1  # nobody asked since
         cache.status.touch("ns/second")  # a change the estimates read
         refresher._last -= 60.0
-        assert not await poked()
+        assert not await poked(refresher)
         await refresher.stop()
 
     asyncio.run(go())
