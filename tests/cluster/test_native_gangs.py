@@ -577,19 +577,26 @@ def test_an_evicted_native_gang_keeps_its_group_for_the_next_admission(
 def test_a_preempted_native_gang_is_admitted_again_through_the_same_group(
     controller: Controller, gkube: KubeClient, gns: str
 ) -> None:
-    """Queues a and b share a cohort of 16 cpu; a borrows it all with two gangs of 4 pods of 2
-    cpu; b's gang of 4 pods of 2 cpu preempts one of them. The victim is suspended with its
-    template as linked (the link never changes) and its group kept; once b ends it is admitted
-    again, its group a gang of 4 again, and every gang finishes whole."""
+    """Queues a and b have 8 cpu of nominal quota each in a cohort; a borrows b's too with two
+    gangs of 4 pods of 2 cpu; b's gang of 4 pods of 2 cpu preempts one of them. The victim is
+    suspended with its template as linked (the link never changes) and its group kept; once b
+    ends it is admitted again, its group a gang of 4 again, and every gang finishes whole."""
     controller.with_flags()
     group = f"p-{gns}"[:60]
     select = {NODE_GROUP_LABEL: group}
     _nodes(gkube, select, 4, "4")
     org, a, b = f"{gns}-org"[:60], f"{gns}-a"[:60], f"{gns}-b"[:60]
-    create_queue(gkube, org, {"nominal": {"cpu": "16"}})
-    create_queue(gkube, a, {"parent": org})
+    create_queue(gkube, org, {})
+    create_queue(gkube, a, {"parent": org, "nominal": {"cpu": "8"}})
     create_queue(
-        gkube, b, {"parent": org, "weight": 2, "preemption": {"reclaimWithinCohort": "Any"}}
+        gkube,
+        b,
+        {
+            "parent": org,
+            "weight": 2,
+            "nominal": {"cpu": "8"},  # reclaims only within its own nominal quota, as Kueue
+            "preemption": {"reclaimWithinCohort": "Any"},
+        },
     )
     path = jobs_path(gns)
     sizes = ("a-0", "a-1", "b-0")

@@ -60,14 +60,19 @@ QUOTA_M = 32_000  # the cohort's 32 cpu: the node group's 4 nodes of 8 cpu
 def borrowing_cohort(
     kube: KubeClient, namespace: str, preemption: Mapping[str, Any]
 ) -> Iterator[tuple[str, str, dict[str, str]]]:
-    """Queues a (no quota of its own, weight 1) and b (weight 2, `preemption`) in a cohort of
-    32 cpu, and a node group of 32 cpu; yields (a, b, node selector)."""
+    """Queues a (weight 1) and b (weight 2, `preemption`) with 16 cpu of nominal quota each, in
+    a cohort, and a node group of 32 cpu; yields (a, b, node selector). a may borrow b's unused
+    16 cpu; b reclaims them while it stays within its own nominal quota (as Kueue)."""
     group = f"pre-{namespace}"[:60]
     create_nodes(kube, group, {f"{group}-{i}": {} for i in range(4)})
     org, a, b = f"{namespace}-org", f"{namespace}-a", f"{namespace}-b"
-    create_queue(kube, org, {"nominal": {"cpu": "32"}})
-    create_queue(kube, a, {"parent": org})
-    create_queue(kube, b, {"parent": org, "weight": 2, "preemption": dict(preemption)})
+    create_queue(kube, org, {})
+    create_queue(kube, a, {"parent": org, "nominal": {"cpu": "16"}})
+    create_queue(
+        kube,
+        b,
+        {"parent": org, "weight": 2, "nominal": {"cpu": "16"}, "preemption": dict(preemption)},
+    )
     try:
         yield a, b, {NODE_GROUP_LABEL: group}
     finally:
@@ -170,7 +175,8 @@ def test_a_reclaiming_queue_preempts_the_youngest_borrowed_gangs(
 ) -> None:
     """a's four gangs (8 cpu each) fill the cohort; b's gang of 16 cpu (8 pods of 2 cpu, so it
     fits wherever a's pods were) preempts a's two
-    youngest (reclaimWithinCohort: Any: a borrows everything it uses). They are suspended
+    youngest (reclaimWithinCohort: Any: a borrows the 16 cpu above its nominal quota, and b's
+    gang is within b's). They are suspended
     with reason Preempted (annotation, Event, status service, metric), not counted as
     evictions, b's gang runs, and every gang finishes."""
     with borrowing_cohort(kube, namespace, {"reclaimWithinCohort": "Any"}) as (a, b, select):

@@ -303,16 +303,24 @@ def test_preemption_keeps_the_rule_for_the_preemptor_and_its_victims(
     racks: tuple[dict[str, str], dict[str, Rack]],
     topology_muster: MusterProcess,
 ) -> None:
-    """Queue a borrows the cohort's 64 cpu with four required gangs of a whole rack each; b
-    (weight 2, reclaimWithinCohort Any) submits one required gang of a whole rack, which
+    """Queues a and b have 32 cpu of nominal quota each in a cohort; a borrows b's too with four
+    required gangs of a whole rack each; b (weight 2, reclaimWithinCohort Any, within its
+    nominal quota) submits one required gang of a whole rack, which
     preempts one of a's gangs and runs within one rack; the victim runs again later, within
     one rack; every gang finishes."""
     select, where = racks
     org, a, b = f"{namespace}-org", f"{namespace}-a", f"{namespace}-b"
-    create_queue(kube, org, {"nominal": {"cpu": "64"}})
-    create_queue(kube, a, {"parent": org})
+    create_queue(kube, org, {})
+    create_queue(kube, a, {"parent": org, "nominal": {"cpu": "32"}})
     create_queue(
-        kube, b, {"parent": org, "weight": 2, "preemption": {"reclaimWithinCohort": "Any"}}
+        kube,
+        b,
+        {
+            "parent": org,
+            "weight": 2,
+            "nominal": {"cpu": "32"},
+            "preemption": {"reclaimWithinCohort": "Any"},
+        },
     )
     path = jobs_path(namespace)
     holders = [f"a-{i}" for i in range(4)]
