@@ -67,7 +67,7 @@ class DeviceBook:
         catalog = self.catalog
         if catalog is None:
             return set()
-        return catalog.held(f"{kind}es" if kind.endswith("s") else f"{kind}s")
+        return catalog.held(DEVICE_KINDS[kind].plural)
 
     def apply(self, kind: str, event: str | None, body: Mapping[str, Any]) -> bool:
         """A watch event of a DRA kind; True when the planner must look again."""
