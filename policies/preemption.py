@@ -272,7 +272,9 @@ def _candidates(
     tree = state.tree
     queues = tree.queues
     rules = queue.preemption
-    if rules.reclaim_within_cohort != "Never" and not _within_nominal(state, gang, queue.name):
+    if rules.reclaim_within_cohort != "Never" and not state.quota.within_nominal(
+        queue.name, state.catalog.demand(gang, gang.size)
+    ):
         # As Kueue: a queue borrowing with the preemptor reclaims nothing from others, or two
         # queues that both borrow would reclaim from each other in turn (seed 4 of the trace
         # family: a 36-node gang 592 cpu past its queue's nominal quota preempted ~400 tasks
@@ -311,21 +313,8 @@ def _candidates(
             key = (other.priority, -other.submitted.time, -share, other.id)
             ranked.append((key, _Victim(victim, leaf, demand, nodes, rule)))
     ranked.sort(key=lambda item: item[0])
-    before = shares.share_of(queue.name, fit, 0)
+    before = ground.share(queue.name, fit)
     return _final_share(shares, fit, before, [victim for _, victim in ranked])
-
-
-def _within_nominal(state: PlanState, gang: Gang, leaf: str) -> bool:
-    """True if ``leaf``, with ``gang`` at full size, stays within its own nominal quota in
-    every resource its tree's quota governs (always, in a tree without quota)."""
-    quota = state.quota
-    governed = quota.governed.get(state.tree.root(leaf), ())
-    if not governed:
-        return True
-    usage = quota.usage[leaf]
-    nominal = quota.subtree[leaf]  # a leaf's subtree quota is its nominal quota
-    demand = dict(state.catalog.demand(gang, gang.size))
-    return all(usage[i] + demand.get(i, 0) <= nominal[i] for i in governed)
 
 
 def _final_share(

@@ -196,6 +196,16 @@ class QuotaState:
         self._available_cache[queue] = (version, result)
         return result
 
+    def within_nominal(self, queue: str, demand: Iterable[tuple[int, int]] = ()) -> bool:
+        """True if leaf ``queue``, with ``demand`` ((resource index, amount) pairs) added,
+        holds no more than its own nominal quota of every resource its tree's quota governs
+        (a queue without nominal quota has 0 of them; in a tree that governs none, True)."""
+        usage = self.usage[queue]
+        nominal = self.subtree[queue]  # a leaf's subtree quota is its nominal quota
+        asked = dict(demand)
+        governed = self.governed.get(self._root[queue], ())
+        return all(usage[i] + asked.get(i, 0) <= nominal[i] for i in governed)
+
     def potential(self, queue: str) -> list[float]:
         """The most ``queue`` could ever hold with the whole tree idle (for NeverFits)."""
         path = self.path[queue]

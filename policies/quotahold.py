@@ -56,13 +56,9 @@ class QuotaHolds:
         """True if ``leaf`` stays within its own nominal quota with ``demand`` in every
         resource its tree's quota governs, and the tree governs some."""
         quota = self.state.quota
-        governed = quota.governed.get(self.state.tree.root(leaf))
-        if not governed:
-            return False
-        usage = quota.usage[leaf]
-        nominal = quota.subtree[leaf]  # a leaf's subtree quota is its nominal quota
-        asked = dict(demand)
-        return all(usage[i] + asked.get(i, 0) <= nominal[i] for i in governed)
+        return bool(quota.governed.get(self.state.tree.root(leaf))) and quota.within_nominal(
+            leaf, demand
+        )
 
     def hold(self, gang: Gang, demand: Demand) -> None:
         """``gang`` (entitled, see `entitled`) holds what it draws from its cohort."""

@@ -171,12 +171,9 @@ class Shares:
         or borrowed: counting it made every queue using memory a borrower when only CPU had
         quota, and reclaimWithinCohort preempted gangs within their queue's CPU quota (seed 7
         of the trace family)."""
-        usage = self.quota.usage[leaf]
-        governed = self.quota.governed.get(self.tree.root(leaf))
-        if not governed:
-            return any(usage)
-        nominal = self.quota.subtree[leaf]  # a leaf's subtree quota is its nominal quota
-        return any(usage[i] > nominal[i] for i in governed)
+        if not self.quota.governed.get(self.tree.root(leaf)):
+            return any(self.quota.usage[leaf])
+        return not self.quota.within_nominal(leaf)
 
     def _active(self, leaf: str) -> bool:
         line = self.lines.get(leaf)

@@ -35,8 +35,8 @@ def _scan_every_admitted_gang(
     tree = state.tree
     queues = tree.queues
     rules = queue.preemption
-    if rules.reclaim_within_cohort != "Never" and not preemption._within_nominal(
-        state, gang, queue.name
+    if rules.reclaim_within_cohort != "Never" and not state.quota.within_nominal(
+        queue.name, state.catalog.demand(gang, gang.size)
     ):
         rules = dataclasses.replace(rules, reclaim_within_cohort="Never")
     root = tree.ancestors(queue.name)[-1]
