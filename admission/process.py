@@ -163,14 +163,18 @@ def _start_and_stop(
 
 
 def run_split(
-    settings: ProcessSettings, credentials: Credentials, child_argv: list[str]
+    settings: ProcessSettings,
+    credentials: Credentials,
+    child_argv: list[str],
+    address: tuple[str, int] | None = None,
 ) -> tuple[int, int | None]:
-    """Run the webhook in a child process (`child_argv`: `muster run` for the webhook alone)
-    and what `settings` ask for here; return this process's exit code and the child's.
+    """Run the webhook in a child process (`child_argv`: `muster run` for the webhook alone,
+    serving at `address`) and what `settings` ask for here; return this process's exit code
+    and the child's.
 
     Each gets its own interpreter and GIL (see `admission.supervisor`); the child is stopped
     when this process's run ends, whichever way."""
-    child = WebhookChild(child_argv)
+    child = WebhookChild(child_argv, address)
     try:
         code = run_process(settings, credentials, child)
     finally:

@@ -179,6 +179,8 @@ class MusterProcess:
     kubeconfig: Path | None = None
     flags: tuple[str, ...] = ()
     env: Mapping[str, str] | None = None
+    stopped: bool = False
+    """Stopped on purpose (`stop`), until started again (`restart`)."""
 
     @property
     def proc(self) -> subprocess.Popen[str]:
@@ -211,8 +213,10 @@ class MusterProcess:
         """Stop the process with `sig` (kill -9 by default) and start a fresh one in place."""
         self.stop(sig)
         self.run = start_muster(self.kubeconfig, *self.flags, env=self.env).run
+        self.stopped = False
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
+        self.stopped = True
         self.run.stop(sig)
 
 

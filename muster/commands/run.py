@@ -30,6 +30,7 @@ from admission.launcher import free_port
 from admission.process import PeeringError, ProcessSettings, run_process, run_split
 from admission.registration import ServeSettings
 from admission.settings import ControllerSettings
+from admission.supervisor import die_with_parent
 from kubeport.credentials import Credentials, KubeconfigSource, source_for
 from kubeport.kubeapi import KubeconfigError
 from kubeport.statusauth import StatusAuth
@@ -278,6 +279,7 @@ def _webhook_child_argv(args: argparse.Namespace, port: int) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    die_with_parent()  # a split run's webhook child: first thing (see the function)
     if args.no_controller and args.no_webhook:
         print("muster run: --no-controller and --no-webhook leave nothing to run", file=sys.stderr)
         return 2
@@ -329,7 +331,10 @@ def _run_split(args: argparse.Namespace, credentials: Credentials) -> int:
     port = args.webhook_port or free_port(args.webhook_addr)
     controller_args = argparse.Namespace(**{**vars(args), "no_webhook": True})
     code, child_code = run_split(
-        process_settings(controller_args), credentials, _webhook_child_argv(args, port)
+        process_settings(controller_args),
+        credentials,
+        _webhook_child_argv(args, port),
+        (args.webhook_addr, port),
     )
     if child_code not in (0, -signal.SIGTERM) and code == 0:
         print(f"muster run: the webhook process exited with {child_code}", file=sys.stderr)

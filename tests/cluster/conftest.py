@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import signal
+import socket
 import time
 from collections.abc import Iterator
+from errno import ECONNREFUSED
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from admission.launcher import launch
-from kubeport.kubeapi import KubeClient
+from kubeport.kubeapi import ApiError, KubeClient
 from tests.conftest import MusterProcess
 from webhook.configuration import NAME as WEBHOOK_CONFIGURATION
 from webhook.startup import register_configuration
@@ -47,3 +51,63 @@ def webhook_server(
             # own), even if that process had to be killed.
             meta = {"name": WEBHOOK_CONFIGURATION, "labels": saved["metadata"].get("labels") or {}}
             register_configuration(kube, {**saved, "metadata": meta})
+
+
+SERVES_WITHIN = 40.0
+"""How long the check below waits for the webhook to serve again: muster's supervisor kills a
+child that refuses connections for 10 s and starts it again (`admission.supervisor`)."""
+
+
+def _webhook_refuses(kube: KubeClient) -> str | None:
+    """What is wrong with the registered webhook, from the apiserver's side: no configuration,
+    or nothing listening at its URL (None: something accepts connections there)."""
+    try:
+        configuration = kube.get(f"{CONFIGURATIONS}/{WEBHOOK_CONFIGURATION}")
+    except ApiError as exc:
+        return f"has no webhook configuration ({exc.status})"
+    url = configuration["webhooks"][0]["clientConfig"].get("url")
+    if not url:  # a Service: muster in the cluster (the manifests' or the chart's tests)
+        return None
+    where = urlsplit(url)
+    with socket.socket() as sock:
+        sock.settimeout(5)
+        if sock.connect_ex((where.hostname or "127.0.0.1", where.port or 443)) == ECONNREFUSED:
+            return f"refuses connections at {url}"
+    return None
+
+
+def _session_muster_problem(muster: MusterProcess, kube: KubeClient) -> str | None:
+    deadline = time.monotonic() + SERVES_WITHIN
+    while True:
+        if not muster.run.alive():
+            return f"exited ({muster.proc.returncode})"
+        problem = _webhook_refuses(kube)
+        if problem is None or time.monotonic() > deadline:
+            return problem
+        time.sleep(1.0)
+
+
+@pytest.fixture(autouse=True)
+def _session_muster_serves(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test that uses the session's muster: it still runs and its webhook serves.
+
+    Every later test shares that process; a test that left it down (or a muster that died
+    under it) would otherwise fail every create of the tests after it, far from the cause
+    (CI once lost 13 tests to "connection refused" with no word of why). The test is failed
+    at its teardown with the process's last output, and muster is started again for the rest.
+    """
+    yield
+    if "muster" not in request.fixturenames:
+        return
+    muster: MusterProcess = request.getfixturevalue("muster")
+    if muster.stopped:  # by a module's fixture, for the module (it starts muster again)
+        return
+    problem = _session_muster_problem(muster, request.getfixturevalue("kube"))
+    if problem is None:
+        return
+    tail = muster.run.tail(80)
+    muster.restart(signal.SIGKILL if muster.run.alive() else signal.SIGTERM)
+    pytest.fail(
+        f"after this test the session's muster {problem}; it was started again for the tests "
+        f"after this one. Its last output:\n{tail}"
+    )
