@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
-import socket
 import time
 from collections.abc import Iterator
-from errno import ECONNREFUSED
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -14,6 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from admission.launcher import launch
+from admission.supervisor import refuses
 from kubeport.kubeapi import ApiError, KubeClient
 from tests.conftest import MusterProcess
 from webhook.configuration import NAME as WEBHOOK_CONFIGURATION
@@ -23,7 +23,8 @@ CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigura
 
 
 def _url(configuration: dict[str, Any]) -> str:
-    return str(configuration["webhooks"][0]["clientConfig"]["url"])
+    """Where the configuration sends reviews; empty for a Service (muster in the cluster)."""
+    return str(configuration["webhooks"][0]["clientConfig"].get("url") or "")
 
 
 @pytest.fixture(scope="module", params=["lean", "kopf"])
@@ -65,14 +66,12 @@ def _webhook_refuses(kube: KubeClient) -> str | None:
         configuration = kube.get(f"{CONFIGURATIONS}/{WEBHOOK_CONFIGURATION}")
     except ApiError as exc:
         return f"has no webhook configuration ({exc.status})"
-    url = configuration["webhooks"][0]["clientConfig"].get("url")
-    if not url:  # a Service: muster in the cluster (the manifests' or the chart's tests)
+    url = _url(configuration)
+    if not url:  # a Service: the manifests' or the chart's tests
         return None
     where = urlsplit(url)
-    with socket.socket() as sock:
-        sock.settimeout(5)
-        if sock.connect_ex((where.hostname or "127.0.0.1", where.port or 443)) == ECONNREFUSED:
-            return f"refuses connections at {url}"
+    if asyncio.run(refuses((where.hostname or "127.0.0.1", where.port or 443), timeout=5)):
+        return f"refuses connections at {url}"
     return None
 
 
@@ -106,7 +105,7 @@ def _session_muster_serves(request: pytest.FixtureRequest) -> Iterator[None]:
     if problem is None:
         return
     tail = muster.run.tail(80)
-    muster.restart(signal.SIGKILL if muster.run.alive() else signal.SIGTERM)
+    muster.restart(signal.SIGKILL)  # nothing is sent to a process that already exited
     pytest.fail(
         f"after this test the session's muster {problem}; it was started again for the tests "
         f"after this one. Its last output:\n{tail}"

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from admission.supervisor import PARENT_ENV, WebhookChild
@@ -35,26 +36,35 @@ async def _until(predicate: object, timeout: float = 20) -> None:
         await asyncio.sleep(0.02)
 
 
-def test_a_killed_child_is_started_again_with_the_same_command() -> None:
-    child = quick(SLEEPER)
-    first = child.proc.pid
+def supervised(child: WebhookChild, meanwhile: Callable[[], Awaitable[None]]) -> None:
+    """Run `meanwhile` while `child` is supervised; then stop supervising, and the child."""
 
     async def scenario() -> None:
         stopping = asyncio.Event()
         supervisor = asyncio.create_task(child.supervise(stopping))
-        os.kill(first, signal.SIGKILL)
-        await _until(lambda: child.restarts == 1 and child.proc.poll() is None)
-        second = child.proc.pid
-        os.kill(second, signal.SIGKILL)
-        await _until(lambda: child.restarts == 2 and child.proc.poll() is None)
+        await meanwhile()
         stopping.set()
         await asyncio.wait_for(supervisor, 5)
 
     try:
         asyncio.run(scenario())
-        assert child.proc.pid != first and child.proc.args == SLEEPER
     finally:
         child.stop()
+
+
+def test_a_killed_child_is_started_again_with_the_same_command() -> None:
+    child = quick(SLEEPER)
+    first = child.proc.pid
+
+    async def meanwhile() -> None:
+        os.kill(first, signal.SIGKILL)
+        await _until(lambda: child.restarts == 1 and child.proc.poll() is None)
+        second = child.proc.pid
+        os.kill(second, signal.SIGKILL)
+        await _until(lambda: child.restarts == 2 and child.proc.poll() is None)
+
+    supervised(child, meanwhile)
+    assert child.proc.pid != first and child.proc.args == SLEEPER
     assert child.proc.returncode == -signal.SIGTERM
 
 
@@ -72,15 +82,11 @@ def test_nothing_is_started_once_stopping() -> None:
     child = quick([sys.executable, "-c", "pass"])
     child.FIRST_BACKOFF = 0.5
 
-    async def scenario() -> None:
-        stopping = asyncio.Event()
-        supervisor = asyncio.create_task(child.supervise(stopping))
+    async def meanwhile() -> None:
         await _until(lambda: child.proc.poll() is not None)
         await asyncio.sleep(0.1)  # the child's exit is seen; its restart waits out the backoff
-        stopping.set()
-        await asyncio.wait_for(supervisor, 5)
 
-    asyncio.run(scenario())
+    supervised(child, meanwhile)
     assert child.restarts == 0
 
 
@@ -103,17 +109,10 @@ def test_a_child_that_never_listens_is_killed_after_its_startup_and_started_agai
     child.STARTUP, child.PROBE_EVERY = 1.0, 0.1
     first = child.proc.pid
 
-    async def scenario() -> None:
-        stopping = asyncio.Event()
-        supervisor = asyncio.create_task(child.supervise(stopping))
+    async def meanwhile() -> None:
         await _until(lambda: child.restarts == 1 and child.proc.poll() is None)
-        stopping.set()
-        await asyncio.wait_for(supervisor, 5)
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        child.stop()
+    supervised(child, meanwhile)
     assert child.unresponsive_kills == 1 and child.proc.pid != first
 
 
@@ -123,19 +122,12 @@ def test_a_child_that_stops_listening_is_killed_and_one_that_listens_is_left_alo
     child.STARTUP, child.PROBE_EVERY, child.REFUSING = 60.0, 0.1, 0.5
     first = child.proc.pid
 
-    async def scenario() -> None:
-        stopping = asyncio.Event()
-        supervisor = asyncio.create_task(child.supervise(stopping))
+    async def meanwhile() -> None:
         await asyncio.sleep(1.0)
         assert child.restarts == 0, "a listening child was started again"
         await _until(lambda: child.restarts == 1)
-        stopping.set()
-        await asyncio.wait_for(supervisor, 5)
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        child.stop()
+    supervised(child, meanwhile)
     assert child.unresponsive_kills == 1 and child.proc.pid != first
 
 
@@ -146,22 +138,15 @@ def test_a_stopped_child_that_still_holds_its_port_is_left_alone() -> None:
     child = quick(_listener(port, 60), port)
     child.STARTUP, child.PROBE_EVERY, child.REFUSING = 0.5, 0.1, 0.3
 
-    async def scenario() -> None:
-        stopping = asyncio.Event()
-        supervisor = asyncio.create_task(child.supervise(stopping))
+    async def meanwhile() -> None:
         await _until(lambda: _serves(port))
         os.kill(child.proc.pid, signal.SIGSTOP)
         try:
             await asyncio.sleep(2.0)
         finally:
             os.kill(child.proc.pid, signal.SIGCONT)
-        stopping.set()
-        await asyncio.wait_for(supervisor, 5)
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        child.stop()
+    supervised(child, meanwhile)
     assert child.restarts == 0 and child.unresponsive_kills == 0
 
 
