@@ -355,11 +355,11 @@ class Engine:
         meter, life = self.meter, self.life
         unfinished = [r for r in self.gangs if r.state not in (FINISHED, FAILED)]
         end = life.last_progress
-        integrals = meter.integrals_at_progress
+        integrals, over = meter.integrals_at_progress, meter.over_at_progress
         if unfinished:
             end = self.horizon if horizon_reached else self.now
             meter.sample(end, life.last_progress, final=True)
-            integrals = meter.integrals()
+            integrals, over = meter.integrals(), meter.fairness.over_fair_share()
         integral_util, integral_alloc, (fairness, dominant), use = integrals
         for record in unfinished:
             if record.state == PENDING and self.feed is not None:
@@ -385,6 +385,7 @@ class Engine:
             allocation_mean=integral_alloc / span if span else 0.0,
             fairness_error=fairness / span if span else 0.0,
             fairness_dominant=dominant / span if span else 0.0,
+            over_fair_share=over,
             utilization_by_resource={
                 name: (use[r] / span if span and r < len(use) else 0.0)
                 for r, name in enumerate(self.cluster.resources)

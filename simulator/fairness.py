@@ -24,7 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["FairnessMeter", "error_of", "fair_shares", "instant_error", "water_fill"]
+__all__ = [
+    "FairnessMeter",
+    "error_of",
+    "fair_shares",
+    "instant_error",
+    "over_share",
+    "water_fill",
+]
 
 
 def water_fill(demands: Sequence[float], weights: Sequence[float], total: float) -> list[float]:
@@ -76,6 +83,12 @@ def error_of(running: Matrix, fair: Matrix) -> float:
     return worst
 
 
+def over_share(running: Sequence[float], fair: Sequence[float]) -> float:
+    """How far above its fair share one queue runs, in the resource where it is most: the
+    other side of the error (what some queues run above their share, others run below)."""
+    return max(0.0, max((s - f for s, f in zip(running, fair, strict=True)), default=0.0))
+
+
 def instant_error(shares: Sequence[float], fair: Sequence[float]) -> float:
     """How far below its fair share each queue runs, summed (one share per queue)."""
     return sum(max(0.0, f - s) for f, s in zip(fair, shares, strict=True))
@@ -86,17 +99,32 @@ class FairnessMeter:
     running and fair shares of each resource since the previous instant: the error by this
     module's measure and by the one before issue 33."""
 
-    __slots__ = ("dominant", "instant")
+    __slots__ = ("active", "dominant", "excess", "instant")
 
     def __init__(self) -> None:
         self.instant = 0.0  # integral of the error
         self.dominant = 0.0  # integral of the error before issue 33
+        self.excess: list[float] = []  # per queue, integral of `over_share`
+        self.active: list[float] = []  # per queue, time it ran or was owed a share
 
     def advance(self, span: float, running: Matrix, fair: Matrix, dominant_error: float) -> None:
         """``span`` seconds went by with these running and fair shares, and old-measure error."""
         if span > 0:
             self.instant += error_of(running, fair) * span
             self.dominant += dominant_error * span
+            excess, active = self.excess, self.active
+            if len(excess) < len(running):
+                excess.extend([0.0] * (len(running) - len(excess)))
+                active.extend([0.0] * (len(running) - len(active)))
+            for q, (s, f) in enumerate(zip(running, fair, strict=True)):
+                if any(s) or any(f):
+                    excess[q] += over_share(s, f) * span
+                    active[q] += span
+
+    def over_fair_share(self) -> tuple[float, ...]:
+        """Per queue, the mean of `over_share` over the time it ran or was owed a share (a
+        queue that waits most of a run and is favoured while it runs is not averaged away)."""
+        return tuple(e / t if t > 0 else 0.0 for e, t in zip(self.excess, self.active, strict=True))
 
     def integrals(self) -> tuple[float, float]:
         """(this measure's, the one before issue 33's) error integrals so far."""

@@ -7,7 +7,14 @@ scheduler (`none`), and the worst trace with its seed.
 *Outputs*): lower is better for clogs, stuck and failed gangs, makespan, waits and the fairness
 error, higher for utilization. Makespan is compared only where `none` finishes every gang (it
 can end sooner by failing gangs on their runtime limits); a wait figure only where both started
-a gang. Per-queue p95 waits are counted as queue-trace pairs, muster within 10% of `none`'s.
+a gang. Per-queue p95 waits are counted as queue-trace pairs, muster within 10% of `none`'s:
+once over the gangs that started (`wait_p95_s`), once over every gang (`wait_p95_all_s`), a gang
+that never started counted by how long it had waited when it failed or the run ended. The first
+leaves out the gangs a run failed or left waiting: `none` fails gangs on their runtime limits
+while their pods wait (a Job's deadline counts from its creation). A last count keeps the pairs
+of queues `none` did not favour: ran, on the mean over the time they ran or were owed a share,
+at most the fairness goal above their fair share in the resource where most (`over_fair_share`);
+a queue `none` gave more than its share waits less there than a fair scheduler can let it.
 
 Utilization is compared over the same stretch of time for both, from the first submission to
 the end of the run that ends first, and resource by resource (`utilization_common`): each run's
@@ -202,6 +209,11 @@ class FamilyReport:
     traces: list[dict[str, Any]] = field(default_factory=list)
     fair_traces: int = 0  # traces with a fairness error for muster
     fair_good: int = 0  # those where it is at most FAIRNESS_GOAL
+    fair_by_resource_good: int = 0  # traces where the per-resource error is within the goal
+    pairs_all: int = 0  # queue-trace pairs by the p95 of every gang's wait (`wait_p95_all_s`)
+    pairs_all_good: int = 0  # those where muster is within P95_SLACK
+    pairs_unfavoured: int = 0  # of those, queues `none` ran at most FAIRNESS_GOAL above share
+    pairs_unfavoured_good: int = 0
 
 
 def _badness(row: Row, none: Any, muster: Any) -> float:
@@ -233,22 +245,35 @@ def judge(results: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> FamilyRep
         if fairness is not None:
             report.fair_traces += 1
             report.fair_good += fairness <= FAIRNESS_GOAL
+        by_resource = muster.get("fairness_error_by_resource")
+        if by_resource is not None:
+            report.fair_by_resource_good += by_resource <= FAIRNESS_GOAL
         for queue, stats in muster["queues"].items():
             a, b = none["queues"][queue]["wait_p95_s"], stats["wait_p95_s"]
-            if a is None and b is None:
-                continue
-            report.pairs += 1
-            if b is None:
-                ratio = math.inf
-            elif a is None:
-                ratio = -math.inf
-            else:
-                ratio = (b - a) / max(a, 1.0)
-            if ratio <= P95_SLACK:
-                report.pairs_good += 1
-            if report.worst_pair is None or ratio > report.worst_pair[0]:
-                report.worst_pair = (ratio, seed, queue, a, b)
+            if a is not None or b is not None:
+                report.pairs += 1
+                ratio = _p95_ratio(a, b)
+                report.pairs_good += ratio <= P95_SLACK
+                if report.worst_pair is None or ratio > report.worst_pair[0]:
+                    report.worst_pair = (ratio, seed, queue, a, b)
+            a, b = none["queues"][queue].get("wait_p95_all_s"), stats.get("wait_p95_all_s")
+            if a is not None and b is not None:
+                report.pairs_all += 1
+                report.pairs_all_good += _p95_ratio(a, b) <= P95_SLACK
+                favoured = none["queues"][queue].get("over_fair_share")
+                if favoured is not None and favoured <= FAIRNESS_GOAL:
+                    report.pairs_unfavoured += 1
+                    report.pairs_unfavoured_good += _p95_ratio(a, b) <= P95_SLACK
     return report
+
+
+def _p95_ratio(none: float | None, muster: float | None) -> float:
+    """How much longer muster's p95 wait is than none's, relative (inf: muster started none)."""
+    if muster is None:
+        return math.inf
+    if none is None:
+        return -math.inf
+    return (muster - none) / max(none, 1.0)
 
 
 def _compare(verdict: Verdict, none: dict[str, Any], muster: dict[str, Any], seed: str) -> None:
@@ -319,9 +344,33 @@ def table(report: FamilyReport) -> list[list[str]]:
     )
     out.append(
         [
+            f"fairness error, per resource, <= {FAIRNESS_GOAL} (traces)",
+            f"{report.fair_by_resource_good}/{report.fair_traces}",
+            "",
+            "",
+        ]
+    )
+    out.append(
+        [
             f"queue p95 within {P95_SLACK:.0%} (pairs)",
             f"{report.pairs_good}/{report.pairs}",
             worst,
+            "",
+        ]
+    )
+    out.append(
+        [
+            f"queue p95 within {P95_SLACK:.0%}, every gang (pairs)",
+            f"{report.pairs_all_good}/{report.pairs_all}",
+            "",
+            "",
+        ]
+    )
+    out.append(
+        [
+            f"same, queues none ran at most {FAIRNESS_GOAL} above their share",
+            f"{report.pairs_unfavoured_good}/{report.pairs_unfavoured}",
+            "",
             "",
         ]
     )
@@ -350,8 +399,13 @@ def json_line(report: FamilyReport, settings: dict[str, Any]) -> dict[str, Any]:
         "rows": rows,
         "fairness_goal": FAIRNESS_GOAL,
         "fairness_within_goal": report.fair_good,
+        "fairness_by_resource_within_goal": report.fair_by_resource_good,
         "queue_p95_within": report.pairs_good,
         "queue_p95_pairs": report.pairs,
+        "queue_p95_all_within": report.pairs_all_good,
+        "queue_p95_all_pairs": report.pairs_all,
+        "queue_p95_unfavoured_within": report.pairs_unfavoured_good,
+        "queue_p95_unfavoured_pairs": report.pairs_unfavoured,
         "queue_p95_worst": None
         if report.worst_pair is None or report.worst_pair[0] <= P95_SLACK
         else {"seed": report.worst_pair[1], "queue": report.worst_pair[2]},
@@ -402,6 +456,7 @@ def write_family(report: FamilyReport, out_dir: Path, settings: dict[str, Any]) 
             "goal": FAIRNESS_GOAL,
             "traces": report.fair_traces,
             "within": report.fair_good,
+            "within_by_resource": report.fair_by_resource_good,
         },
         "queue_p95": {
             "slack": P95_SLACK,
@@ -410,6 +465,11 @@ def write_family(report: FamilyReport, out_dir: Path, settings: dict[str, Any]) 
             "worst": None
             if report.worst_pair is None
             else dict(zip(("seed", "queue", "none", "muster"), report.worst_pair[1:], strict=True)),
+            "every_gang": {"pairs": report.pairs_all, "within": report.pairs_all_good},
+            "queues_none_did_not_favour": {
+                "pairs": report.pairs_unfavoured,
+                "within": report.pairs_unfavoured_good,
+            },
         },
         "traces": report.traces,
     }

@@ -97,6 +97,7 @@ class ReplayRecords:
     def set_state(self, record: GangRecord, state: GangState, at: float) -> None:
         if state in (FINISHED, FAILED) and record.state not in (FINISHED, FAILED):
             self.done += 1
+            record.ended = at
         record.state = state
         self.last_change = max(self.last_change, at)
 

@@ -107,6 +107,7 @@ class GangLifecycle:
         counts[state] += 1
         if state in (FINISHED, FAILED):
             self.done += 1
+            record.ended = self.clock.now
         record.state = state
         self.meter.dirty = True
         if state != STUCK:

@@ -114,6 +114,7 @@ class GangRecord:
     admitted_at: float | None = None
     started: float | None = None
     finished: float | None = None
+    ended: float | None = None  # when it finished or failed, whichever way (`set_state`)
     evictions: int = 0
     preemptions: int = 0
     clogs: int = 0
@@ -262,6 +263,10 @@ class EngineResult:
     """A trace with topology levels: its figures (`simulator.domainmodel.DomainModel.figures`)."""
     fairness_dominant: float | None = None
     """The time mean of the fairness error as measured before issue 33."""
+    over_fair_share: tuple[float, ...] = ()
+    """Per queue, the mean of how far above its fair share it ran, in the resource where most,
+    over the time it ran or was owed a share (`FairnessMeter.over_fair_share`); empty where not
+    measured (the kwok engine)."""
     utilization_by_resource: dict[str, float] | None = None
     """Each resource's mean share held by running gangs, over the run."""
     curve: Any = None

@@ -51,8 +51,19 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _wait_stats(records: Sequence[GangRecord]) -> dict[str, Any]:
+def _wait_so_far(record: GangRecord, end: float) -> float:
+    """How long ``record`` waited: to its start, or, never started, to when it failed or to the
+    run's ``end`` (at least that long: the `*_all_s` figures count the gangs a run failed or
+    left waiting, which the others leave out)."""
+    if record.started is not None:
+        return record.started - record.submitted
+    ended = record.ended if record.ended is not None else end
+    return max(0.0, ended - record.submitted)
+
+
+def _wait_stats(records: Sequence[GangRecord], end: float) -> dict[str, Any]:
     waits = [w for r in records if (w := _wait(r)) is not None]
+    every = [_wait_so_far(r, end) for r in records]
     return {
         "gangs": len(records),
         "started": len(waits),
@@ -63,6 +74,7 @@ def _wait_stats(records: Sequence[GangRecord]) -> dict[str, Any]:
         "wait_p50_s": _round(percentile(waits, 50)),
         "wait_p95_s": _round(percentile(waits, 95)),
         "wait_max_s": _round(max(waits)) if waits else None,
+        "wait_p95_all_s": _round(percentile(every, 95)),
     }
 
 
@@ -93,7 +105,7 @@ def summarize(result: EngineResult, classes: Mapping[str, str] | None = None) ->
     makespan = None
     if not stuck and gangs:
         makespan = max(final_times, default=result.first_submit) - result.first_submit
-    overall = _wait_stats(gangs)
+    overall = _wait_stats(gangs, result.end)
     summary: dict[str, Any] = {
         "admission": result.admission,
         **({"controller": result.controller} if result.controller else {}),
@@ -125,7 +137,12 @@ def summarize(result: EngineResult, classes: Mapping[str, str] | None = None) ->
         "wait_p95_s": overall["wait_p95_s"],
         "wait_max_s": overall["wait_max_s"],
         "queues": {
-            name: _wait_stats([r for r in gangs if r.queue == q])
+            name: {
+                **_wait_stats([r for r in gangs if r.queue == q], result.end),
+                "over_fair_share": _round(result.over_fair_share[q], 4)
+                if q < len(result.over_fair_share)
+                else None,
+            }
             for q, name in enumerate(result.queues)
         },
         "events": result.events,
@@ -555,8 +572,9 @@ def topology_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[list[str]]
 
 
 def queue_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
-    """Rows [label, engine1, engine2...] with each queue's wait p50 / p95 / max, beside the
-    overall figures of the human summary table (an overall p95 hides who waits)."""
+    """Rows [label, engine1, engine2...] with each queue's wait p50 / p95 / max, and how far
+    above its fair share it ran, beside the overall figures of the human summary table (an
+    overall p95 hides who waits, and the fairness error who gains)."""
     names: list[str] = []
     for summary in summaries.values():
         names.extend(q for q in summary.get("queues") or {} if q not in names)
@@ -571,6 +589,20 @@ def queue_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
             values = (stats.get(key) for key in ("wait_p50_s", "wait_p95_s", "wait_max_s"))
             cells.append(" / ".join("–" if v is None else f"{v:,.0f}" for v in values))
         rows.append([f"{name} wait p50/p95/max (s)", *cells])
+        over = [(summary.get("queues") or {}).get(name, {}) for summary in summaries.values()]
+        if any(stats.get("over_fair_share") is not None for stats in over):
+            # Who a run favoured: the other side of the fairness error, queue by queue.
+            rows.append(
+                [
+                    f"{name} above its fair share (mean)",
+                    *(
+                        "–"
+                        if stats.get("over_fair_share") is None
+                        else f"{stats['over_fair_share']:.3f}"
+                        for stats in over
+                    ),
+                ]
+            )
     return rows
 
 

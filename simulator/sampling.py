@@ -197,6 +197,7 @@ class Meter:
         self._last_sample_time: float | None = None
         self._last: Figures | None = None
         self.integrals_at_progress: Integrals = (0.0, 0.0, (0.0, 0.0), ())
+        self.over_at_progress: tuple[float, ...] = ()  # `FairnessMeter.over_fair_share` then
 
     def set_waiting(self, record: GangRecord, pods: int) -> None:
         """``record`` has ``pods`` pods that still need a node: those of the gang at a size
@@ -277,6 +278,7 @@ class Meter:
         if now == last_progress:
             # Means are taken up to the last change of state (a stuck cluster ends there).
             self.integrals_at_progress = self.integrals()
+            self.over_at_progress = self.fairness.over_fair_share()
         if not self.dirty and not final and got is not None:
             return
         self.dirty = False

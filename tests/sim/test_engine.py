@@ -231,6 +231,31 @@ def test_without_gang_admission_the_deadline_counts_from_submission() -> None:
     assert all(r.finished == 30.0 and r.reason.startswith("DeadlineExceeded") for r in result.gangs)
 
 
+def test_gangs_that_never_started_count_in_the_every_gang_p95_by_their_wait_so_far() -> None:
+    # The clogged pair fails at 30 s without ever starting; "c" starts once they are gone, at
+    # 30 s. The started-only p95 sees c alone; every gang's sees the pair's 30 s too.
+    trace = tiny(
+        [
+            gang("a", 4, runtimeLimit="30s"),
+            gang("b", 4, runtimeLimit="30s"),
+            gang("c", 4, submit={"at": "20s"}),
+        ]
+    )
+    result = simulate(trace, EngineConfig(admission="none", check=True))
+    assert [r.started is None for r in sorted(result.gangs, key=lambda r: r.group)] == [
+        True,
+        True,
+        False,
+    ]
+    assert all(r.ended == 30.0 for r in result.gangs if r.started is None)
+    queue = summarize(result)["queues"]["q"]
+    c_wait = next(r.started - r.submitted for r in result.gangs if r.started is not None)
+    assert queue["wait_p95_s"] == round(c_wait, 3)
+    assert queue["wait_p95_all_s"] == round(max(30.0, c_wait), 3)
+    assert queue["wait_p95_all_s"] >= queue["wait_p95_s"]
+    assert queue["over_fair_share"] == 0.0  # one queue: its fair share is whatever runs
+
+
 def _backfill_trace(small_limit: str | None) -> Trace:
     # Six one-pod nodes; "hog" holds three until 102 s; "big" needs all six and holds the
     # reservation from 1 s; "small" comes after it and needs one node for 10 s.

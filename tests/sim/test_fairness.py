@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.fairness import FairnessMeter, error_of, fair_shares, water_fill
+from simulator.fairness import FairnessMeter, error_of, fair_shares, over_share, water_fill
 from simulator.sampling import UtilizationCurve, figures, main_resource
 
 CPU, GPU = 0, 1
@@ -91,6 +91,20 @@ def test_the_meter_averages_the_error_over_time() -> None:
     meter.advance(30.0, [[0.25], [0.25]], [[0.25], [0.25]], 0.0)
     assert meter.integrals() == pytest.approx((2.5, 2.5))
     assert water_fill([0.1, 1.0, 1.0], [1, 1, 2], 0.7) == pytest.approx([0.1, 0.2, 0.4])
+    # The other side: queue 0 ran 0.25 above its share for 10 s, queue 1 never above.
+    assert meter.excess == pytest.approx([2.5, 0.0])
+    # ...over the 40 s each queue ran or was owed a share: 2.5 / 40.
+    assert meter.over_fair_share() == pytest.approx((2.5 / 40, 0.0))
+    idle = FairnessMeter()
+    idle.advance(10.0, [[0.5], [0.0]], [[0.5], [0.0]], 0.0)  # queue 1 neither ran nor was owed
+    assert idle.active == [10.0, 0.0] and idle.over_fair_share() == (0.0, 0.0)
+
+
+def test_a_queue_over_its_share_is_measured_where_it_is_most_over() -> None:
+    # 0.3 above in cpu, 0.1 below in gpu: 0.3; a queue below everywhere: 0, never negative.
+    assert over_share([0.6, 0.1], [0.3, 0.2]) == pytest.approx(0.3)
+    assert over_share([0.1, 0.1], [0.3, 0.2]) == 0.0
+    assert over_share([], []) == 0.0
 
 
 @settings(max_examples=100, deadline=None)

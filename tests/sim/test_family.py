@@ -132,7 +132,9 @@ def test_judge_counts_traces_where_muster_is_at_least_as_good_and_names_the_wors
     line = json_line(report, {"traces": 3})
     assert line["rows"]["utilization_mean"]["worst_seed"] == "2"
     assert line["queue_p95_pairs"] == 6
-    assert table(report)[-1][1] == "5/6"
+    shown = {line[0]: line[1] for line in table(report)}
+    assert shown["queue p95 within 10% (pairs)"] == "5/6"
+    assert shown["queue p95 within 10%, every gang (pairs)"] == "0/0"  # no summary has it
     assert seed_of("family-12") == "12"
 
 
@@ -170,6 +172,9 @@ def test_the_summary_table_has_a_wait_row_per_queue() -> None:
         "muster": {"queues": {"a": {"wait_p50_s": 2.0, "wait_p95_s": 3.0, "wait_max_s": 4.0}}},
     }
     assert queue_rows(summaries) == [["a wait p50/p95/max (s)", "1 / 2,500 / –", "2 / 3 / 4"]]
+    summaries["none"]["queues"]["a"]["over_fair_share"] = 0.2
+    summaries["muster"]["queues"]["a"]["over_fair_share"] = 0.0
+    assert queue_rows(summaries)[1] == ["a above its fair share (mean)", "0.200", "0.000"]
 
 
 def test_utilization_over_the_same_window_is_judged_resource_by_resource() -> None:
@@ -191,3 +196,33 @@ def test_utilization_over_the_same_window_is_judged_resource_by_resource() -> No
     assert shown[2] == "seed 2 nvidia.com/gpu: 0.500 -> 0.400"
     fairness = next(line for line in table(report) if line[0].startswith("fairness error <="))
     assert fairness[1] == "2/2"
+
+
+def test_queue_pairs_by_every_gang_and_by_queues_none_did_not_favour() -> None:
+    # none failed a's gangs that waited longest: its started-only p95 is 20 s, every gang's
+    # 200 s; muster's 30 s is 50% worse than the first and better than the second.
+    none_queues = {
+        "a": {"wait_p95_s": 20.0, "wait_p95_all_s": 200.0, "over_fair_share": 0.01},
+        # none ran b 0.2 above its fair share: muster's longer wait there is not counted in
+        # the pairs of queues none did not favour
+        "b": {"wait_p95_s": 20.0, "wait_p95_all_s": 20.0, "over_fair_share": 0.2},
+    }
+    muster_queues = {
+        "a": {"wait_p95_s": 30.0, "wait_p95_all_s": 30.0, "over_fair_share": 0.0},
+        "b": {"wait_p95_s": 90.0, "wait_p95_all_s": 90.0, "over_fair_share": 0.0},
+    }
+    results = [
+        (
+            _summary("family-1", queues=none_queues, fairness_error_by_resource=0.01),
+            _summary("family-1", queues=muster_queues, fairness_error_by_resource=0.07),
+        )
+    ]
+    report = judge(results)
+    assert (report.pairs, report.pairs_good) == (2, 0)
+    assert (report.pairs_all, report.pairs_all_good) == (2, 1)
+    assert (report.pairs_unfavoured, report.pairs_unfavoured_good) == (1, 1)
+    assert (report.fair_good, report.fair_by_resource_good) == (1, 0)
+    line = json_line(report, {"traces": 1})
+    assert (line["queue_p95_all_within"], line["queue_p95_all_pairs"]) == (1, 2)
+    assert (line["queue_p95_unfavoured_within"], line["queue_p95_unfavoured_pairs"]) == (1, 1)
+    assert line["fairness_by_resource_within_goal"] == 0
