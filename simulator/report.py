@@ -631,6 +631,7 @@ def _html(
                 format_value("wait_p50_s", stats["wait_p50_s"]),
                 format_value("wait_p95_s", stats["wait_p95_s"]),
                 format_value("wait_max_s", stats["wait_max_s"]),
+                "–" if stats.get("over_fair_share") is None else f"{stats['over_fair_share']:.3f}",
             ]
             queue_rows += "<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in cells) + "</tr>"
     seed = results[0].seed if results else 0
@@ -662,7 +663,8 @@ Files: <a href="summary.json">summary.json</a>, <a href="gangs.csv">gangs.csv</a
 <table><tr><th>metric</th>{head}</tr>{rows}</table>
 <h2>Per queue</h2>
 <table><tr><th>engine</th><th>queue</th><th>gangs</th><th>finished</th><th>stuck</th>
-<th>failed</th><th>wait p50 (s)</th><th>wait p95 (s)</th><th>wait max (s)</th></tr>
+<th>failed</th><th>wait p50 (s)</th><th>wait p95 (s)</th><th>wait max (s)</th>
+<th>above its fair share (mean)</th></tr>
 {queue_rows}</table>
 <h2>Plots</h2>
 {figures}
