@@ -258,12 +258,13 @@ def judge(results: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> FamilyRep
                     report.worst_pair = (ratio, seed, queue, a, b)
             a, b = none["queues"][queue].get("wait_p95_all_s"), stats.get("wait_p95_all_s")
             if a is not None and b is not None:
+                within = _p95_ratio(a, b) <= P95_SLACK
                 report.pairs_all += 1
-                report.pairs_all_good += _p95_ratio(a, b) <= P95_SLACK
+                report.pairs_all_good += within
                 favoured = none["queues"][queue].get("over_fair_share")
                 if favoured is not None and favoured <= FAIRNESS_GOAL:
                     report.pairs_unfavoured += 1
-                    report.pairs_unfavoured_good += _p95_ratio(a, b) <= P95_SLACK
+                    report.pairs_unfavoured_good += within
     return report
 
 

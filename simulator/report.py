@@ -55,8 +55,9 @@ def _wait_so_far(record: GangRecord, end: float) -> float:
     """How long ``record`` waited: to its start, or, never started, to when it failed or to the
     run's ``end`` (at least that long: the `*_all_s` figures count the gangs a run failed or
     left waiting, which the others leave out)."""
-    if record.started is not None:
-        return record.started - record.submitted
+    wait = _wait(record)
+    if wait is not None:
+        return wait
     ended = record.ended if record.ended is not None else end
     return max(0.0, ended - record.submitted)
 
@@ -517,6 +518,7 @@ def format_value(key: str, value: Any) -> str:
             "fairness_error",
             "fairness_error_by_resource",
             "allocation_mean",
+            "over_fair_share",
         ):
             return f"{value:.3f}"
         return f"{value:,.1f}"
@@ -596,9 +598,7 @@ def queue_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
                 [
                     f"{name} above its fair share (mean)",
                     *(
-                        "–"
-                        if stats.get("over_fair_share") is None
-                        else f"{stats['over_fair_share']:.3f}"
+                        format_value("over_fair_share", stats.get("over_fair_share"))
                         for stats in over
                     ),
                 ]
@@ -631,7 +631,7 @@ def _html(
                 format_value("wait_p50_s", stats["wait_p50_s"]),
                 format_value("wait_p95_s", stats["wait_p95_s"]),
                 format_value("wait_max_s", stats["wait_max_s"]),
-                "–" if stats.get("over_fair_share") is None else f"{stats['over_fair_share']:.3f}",
+                format_value("over_fair_share", stats.get("over_fair_share")),
             ]
             queue_rows += "<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in cells) + "</tr>"
     seed = results[0].seed if results else 0
