@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from policies import Gang
 from simulator.fairness import FairnessMeter
@@ -29,6 +30,17 @@ from simulator.records import (
 )
 from simulator.sampling import figures, main_resource
 from simulator.trace import Trace
+
+
+class Means(NamedTuple):
+    """A replay's time means over its span (`ReplaySamples.means`)."""
+
+    utilization: float
+    allocation: float
+    fairness_error: float
+    fairness_dominant: float
+    over_fair_share: tuple[float, ...]
+    """Per queue (`FairnessMeter.over_fair_share`); empty when no sample covers the span."""
 
 
 class ReplaySamples:
@@ -125,13 +137,14 @@ class ReplaySamples:
         else:
             samples.append(sample)
 
-    def means(self, start: float, end: float) -> tuple[float, float, tuple[float, float]]:
+    def means(self, start: float, end: float) -> Means:
         """Time means over [start, end] of the step functions the samples describe:
-        utilization, allocation, and the fairness errors (`simulator.fairness`, and as before
-        issue 33)."""
+        utilization, allocation, the fairness errors (`simulator.fairness`, and as before
+        issue 33) and each queue's `FairnessMeter.over_fair_share`, as the in-process engine
+        takes them (`simulator.sampling`)."""
         span = end - start
         if span <= 0:
-            return 0.0, 0.0, (0.0, 0.0)
+            return Means(0.0, 0.0, 0.0, 0.0, ())
         totals = [0.0, 0.0]
         fairness: FairnessMeter | None = None
         samples = self.samples
@@ -150,5 +163,8 @@ class ReplaySamples:
                 sample.fair_by_resource,
                 sample.fairness_dominant,
             )
-        fair, dominant = fairness.integrals() if fairness else (0.0, 0.0)
-        return totals[0] / span, totals[1] / span, (fair / span, dominant / span)
+        if fairness is None:
+            return Means(totals[0] / span, totals[1] / span, 0.0, 0.0, ())
+        fair, dominant = fairness.integrals()
+        over = fairness.over_fair_share()
+        return Means(totals[0] / span, totals[1] / span, fair / span, dominant / span, over)

@@ -258,7 +258,7 @@ class Timeline:
             end = max(ends, default=first_submit)
         end = max(end, first_submit)
         self.incidents.sort(key=lambda i: i.time)
-        util, alloc, (fair, dominant) = self.samples.means(first_submit, end)
+        means = self.samples.means(first_submit, end)
         return EngineResult(
             admission=self.admission,
             trace=self.trace.name,
@@ -270,10 +270,11 @@ class Timeline:
             utilization_resource=self.samples.utilization_resource,
             first_submit=first_submit,
             end=end,
-            utilization_mean=util,
-            allocation_mean=alloc,
-            fairness_error=fair,
-            fairness_dominant=dominant,
+            utilization_mean=means.utilization,
+            allocation_mean=means.allocation,
+            fairness_error=means.fairness_error,
+            fairness_dominant=means.fairness_dominant,
+            over_fair_share=means.over_fair_share,
             resources=self.samples.resources,
             events=self.events,
             plan_calls=plan_calls,

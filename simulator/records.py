@@ -265,8 +265,8 @@ class EngineResult:
     """The time mean of the fairness error as measured before issue 33."""
     over_fair_share: tuple[float, ...] = ()
     """Per queue, the mean of how far above its fair share it ran, in the resource where most,
-    over the time it ran or was owed a share (`FairnessMeter.over_fair_share`); empty where not
-    measured (the kwok engine)."""
+    over the time it ran or was owed a share (`FairnessMeter.over_fair_share`), on both engines;
+    empty when no sample covered the run."""
     utilization_by_resource: dict[str, float] | None = None
     """Each resource's mean share held by running gangs, over the run."""
     curve: Any = None

@@ -77,6 +77,8 @@ def test_every_gang_finished_or_stuck_and_muster_none_stuck(replay: Path) -> Non
     # Without gang admission the 4-pod gangs interleave on 6 nodes: a real clog.
     assert none["stuck_gangs"] > 0 and none["clogs"] > 0
     assert none["makespan_s"] is None
+    # Measured from the replay's samples as in-process; one queue's fair share is what it runs.
+    assert muster["queues"]["lab"]["over_fair_share"] == 0.0
 
 
 def test_gang_rows_are_consistent(replay: Path) -> None:
