@@ -7,6 +7,7 @@ from policies.decisions import REASON_CODES, Admission, Decisions, PendingReason
 from policies.model import (
     AdmittedGang,
     Backoff,
+    BorrowWithinCohort,
     Gang,
     Node,
     PodSet,
@@ -31,6 +32,7 @@ __all__ = [
     "AdmissionPolicy",
     "AdmittedGang",
     "Backoff",
+    "BorrowWithinCohort",
     "Decisions",
     "Gang",
     "Node",

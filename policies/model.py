@@ -23,6 +23,7 @@ from policies.vocabulary import PRIORITY_MAX
 __all__ = [
     "AdmittedGang",
     "Backoff",
+    "BorrowWithinCohort",
     "Gang",
     "Node",
     "Ordering",
@@ -433,6 +434,23 @@ class Ordering:
 ReclaimWithinCohort = Literal["Never", "LowerPriority", "Any"]
 WithinQueue = Literal["Never", "LowerPriority"]
 FairShareReclaim = Literal["Never", "Reclaim"]
+BorrowPolicy = Literal["Never", "LowerPriority"]
+
+
+@dataclass(frozen=True, slots=True)
+class BorrowWithinCohort:
+    """Whether ``reclaimWithinCohort`` still applies when the preemptor's queue would borrow
+    (use more than its nominal quota) with it, as Kueue's ``borrowWithinCohort``: ``Never`` (it
+    does not: the default), or ``LowerPriority``: it may preempt gangs of borrowing queues of
+    lower priority than its own, and, with ``max_priority_threshold``, only those of priority
+    at most that."""
+
+    policy: BorrowPolicy = "Never"
+    max_priority_threshold: int | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.policy != "Never"
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,6 +463,8 @@ class Preemption:
       those of lower priority (``LowerPriority``) or none (``Never``).
     - ``within_queue``: ``LowerPriority`` gangs of the same queue, or ``Never``.
     - ``fair_share``: ``Reclaim`` = gangs of queues of the tree above their weighted fair share.
+    - ``borrow_within_cohort``: whether ``reclaim_within_cohort`` applies while the preemptor
+      would borrow (`BorrowWithinCohort`); without it a borrowing preemptor reclaims nothing.
 
     Across queues a gang is never preempted for a queue whose weighted share with the
     preemptor is not below the victim queue's. ``protect_after``/``protect_for`` are read on
@@ -457,6 +477,7 @@ class Preemption:
     fair_share: FairShareReclaim = "Never"
     protect_after: int = 3
     protect_for: float = 600.0
+    borrow_within_cohort: BorrowWithinCohort = BorrowWithinCohort()
 
     def validate(self, where: str) -> None:
         """Raise PolicyError naming the field that is wrong (``where``: the spec's path)."""
@@ -630,6 +651,25 @@ def _validate_preemption(preemption: Preemption, path: str) -> None:
     if not (math.isfinite(preemption.protect_for) and preemption.protect_for >= 0):
         raise PolicyError(
             f"{path}.protectFor: must be a duration >= 0, got {preemption.protect_for!r}"
+        )
+    borrow = preemption.borrow_within_cohort
+    if borrow.policy not in ("Never", "LowerPriority"):
+        raise PolicyError(
+            f"{path}.borrowWithinCohort.policy: must be one of Never, LowerPriority, "
+            f"got {borrow.policy!r}"
+        )
+    threshold = borrow.max_priority_threshold
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int)):
+        raise PolicyError(
+            f"{path}.borrowWithinCohort.maxPriorityThreshold: must be a whole number, "
+            f"got {threshold!r}"
+        )
+    if borrow.enabled and preemption.reclaim_within_cohort == "Never":
+        # As Kueue: it widens reclaimWithinCohort; on its own it would let nothing be preempted.
+        raise PolicyError(
+            f"{path}.borrowWithinCohort: policy {borrow.policy} needs reclaimWithinCohort "
+            "LowerPriority or Any (it lets reclaimWithinCohort apply while the preemptor "
+            "borrows); set reclaimWithinCohort, or drop borrowWithinCohort"
         )
 
 

@@ -8,7 +8,9 @@ For each leaf queue whose preemption is enabled, its first gang the plan left wa
    its queue's rules allow: same queue and lower priority (``withinQueue: LowerPriority``);
    another queue of its cohort tree that uses more than its nominal quota
    (``reclaimWithinCohort``: ``Any``, or ``LowerPriority``; only while the preemptor's queue
-   stays within its own nominal quota with it, as Kueue) or more than its weighted fair
+   stays within its own nominal quota with it, as Kueue, unless ``borrowWithinCohort:
+   LowerPriority`` lets it take gangs of lower priority, at most ``maxPriorityThreshold``,
+   while it borrows) or more than its weighted fair
    share (``fairShare: Reclaim``). Across queues, never a queue whose weighted share (over the
    preemptor's resources) is not above the preemptor queue's share with the preemptor; by
    ``fairShare: Reclaim`` alone, never a gang whose queue's share would then fall below the
@@ -32,22 +34,38 @@ it reads the plan's `PlanState` and never changes it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 from policies import reasons
 from policies.decisions import Reason
 from policies.durations import DurationError, parse_duration, shown
 from policies.fit import FitClass
 from policies.fitcatalog import Demand
-from policies.model import AdmittedGang, Gang, PolicyError, Preemption, Queue
+from policies.model import (
+    AdmittedGang,
+    BorrowWithinCohort,
+    Gang,
+    PolicyError,
+    Preemption,
+    Queue,
+    ReclaimWithinCohort,
+)
 from policies.planstate import PlanState, placed_sets, smallest_size
 from policies.shares import Shares
 from policies.vocabulary import MAX_INT32
 
 __all__ = ["parse_preemption", "preempt"]
 
-_FIELDS = ("reclaimWithinCohort", "withinQueue", "fairShare", "protectAfter", "protectFor")
+_FIELDS = (
+    "reclaimWithinCohort",
+    "withinQueue",
+    "fairShare",
+    "protectAfter",
+    "protectFor",
+    "borrowWithinCohort",
+)
+_BORROW_FIELDS = ("policy", "maxPriorityThreshold")
 
 
 def parse_preemption(spec: object, where: str) -> Preemption:
@@ -85,9 +103,40 @@ def parse_preemption(spec: object, where: str) -> Preemption:
         fair_share=spec.get("fairShare", default.fair_share),
         protect_after=protect_after,
         protect_for=protect_for,
+        borrow_within_cohort=_parse_borrow(
+            spec.get("borrowWithinCohort"), f"{where}.borrowWithinCohort"
+        ),
     )
     Preemption.validate(preemption, where)
     return preemption
+
+
+def _parse_borrow(spec: object, where: str) -> BorrowWithinCohort:
+    """``spec.preemption.borrowWithinCohort`` (Kueue's field names); None = not set."""
+    if spec is None:
+        return BorrowWithinCohort()
+    if not isinstance(spec, Mapping):
+        raise PolicyError(
+            f"{where}: must be a mapping with keys {', '.join(_BORROW_FIELDS)}, e.g. "
+            "{policy: LowerPriority, maxPriorityThreshold: 100}"
+        )
+    unknown = sorted(set(spec) - set(_BORROW_FIELDS))
+    if unknown:
+        raise PolicyError(
+            f"{where}: unknown field {', '.join(map(str, unknown))}; "
+            f"known: {', '.join(_BORROW_FIELDS)}"
+        )
+    threshold = spec.get("maxPriorityThreshold")
+    if threshold is not None and (
+        isinstance(threshold, bool) or not isinstance(threshold, int) or abs(threshold) > MAX_INT32
+    ):
+        raise PolicyError(
+            f"{where}.maxPriorityThreshold: {shown(threshold)} is not a whole number up to "
+            f"{MAX_INT32}; e.g. 100 (gangs of priority at most 100 may be preempted)"
+        )
+    return BorrowWithinCohort(
+        policy=spec.get("policy", BorrowWithinCohort().policy), max_priority_threshold=threshold
+    )
 
 
 Admit = Callable[[Gang, FitClass, int, dict[str, int], tuple[dict[str, int], ...]], None]
@@ -272,21 +321,28 @@ def _candidates(
     tree = state.tree
     queues = tree.queues
     rules = queue.preemption
-    if rules.reclaim_within_cohort != "Never" and not state.quota.within_nominal(
+    reclaim = _Reclaim(rules.reclaim_within_cohort, None, False)
+    if reclaim.mode != "Never" and not state.quota.within_nominal(
         queue.name, state.catalog.demand(gang, gang.size)
     ):
         # As Kueue: a queue borrowing with the preemptor reclaims nothing from others, or two
         # queues that both borrow would reclaim from each other in turn (seed 4 of the trace
         # family: a 36-node gang 592 cpu past its queue's nominal quota preempted ~400 tasks
-        # of a queue that then preempted it back, three times).
-        rules = dataclasses.replace(rules, reclaim_within_cohort="Never")
+        # of a queue that then preempted it back, three times), unless the queue lets it
+        # take lower-priority gangs while it borrows (borrowWithinCohort): strictly lower
+        # priority, so two such queues never take gangs from each other in turn.
+        borrow = rules.borrow_within_cohort
+        if borrow.enabled:
+            reclaim = _Reclaim("LowerPriority", borrow.max_priority_threshold, True)
+        else:
+            reclaim = _Reclaim("Never", None, False)
     root = tree.root(queue.name)
     mine = shares.share_of(queue.name, fit, gang.size)
     index = state.cluster.index
     ranked: list[tuple[tuple[int, float, float, str], _Victim]] = []
     for leaf, admitted in ground.admitted_in(root).items():
         share = ground.share(leaf, fit)
-        if not _may_reclaim(ground, rules, leaf, queue.name, share, mine, fit):
+        if not _may_reclaim(ground, rules, reclaim, leaf, queue.name, share, mine, fit):
             continue  # no rule lets this preemptor take any gang of this queue
         guard = queues[leaf].preemption
         for victim in admitted:
@@ -298,7 +354,7 @@ def _candidates(
                 and ground.now - victim.admitted_at < guard.protect_for
             ):
                 continue
-            rule = _rule(ground, rules, gang, other, leaf, queue.name, share, mine, fit)
+            rule = _rule(ground, rules, reclaim, gang, other, leaf, queue.name, share, mine, fit)
             if not rule:
                 continue
             demand = [
@@ -356,9 +412,21 @@ def _final_share(
     return kept
 
 
+class _Reclaim(NamedTuple):
+    """How ``reclaimWithinCohort`` applies to one preemptor: its mode (``Never`` while the
+    preemptor's queue would borrow, unless ``borrowWithinCohort`` lets it take lower-priority
+    gangs then), the highest priority it may take (``maxPriorityThreshold``; None: any), and
+    whether it applies by ``borrowWithinCohort``."""
+
+    mode: ReclaimWithinCohort
+    ceiling: int | None
+    borrowing: bool
+
+
 def _may_reclaim(
     ground: _Ground,
     rules: Preemption,
+    reclaim: _Reclaim,
     leaf: str,
     mine_leaf: str,
     share: float,
@@ -371,7 +439,7 @@ def _may_reclaim(
         return rules.within_queue == "LowerPriority"
     if share <= mine:
         return False
-    if rules.reclaim_within_cohort != "Never" and ground.borrowing(leaf):
+    if reclaim.mode != "Never" and ground.borrowing(leaf):
         return True
     return rules.fair_share == "Reclaim" and ground.shares.above_fair_share(leaf, fit)
 
@@ -379,6 +447,7 @@ def _may_reclaim(
 def _rule(
     ground: _Ground,
     rules: Preemption,
+    reclaim: _Reclaim,
     gang: Gang,
     other: Gang,
     leaf: str,
@@ -397,9 +466,15 @@ def _rule(
         return ""
     borrowing = ground.borrowing(leaf)
     lower = other.priority < gang.priority
-    if rules.reclaim_within_cohort == "Any" and borrowing:
+    if reclaim.borrowing:
+        if borrowing and lower and (reclaim.ceiling is None or other.priority <= reclaim.ceiling):
+            return (
+                f"reclaimWithinCohort: {rules.reclaim_within_cohort} with borrowWithinCohort: "
+                f"LowerPriority, queue {leaf} borrows"
+            )
+    elif reclaim.mode == "Any" and borrowing:
         return f"reclaimWithinCohort: Any, queue {leaf} borrows"
-    if rules.reclaim_within_cohort == "LowerPriority" and borrowing and lower:
+    elif reclaim.mode == "LowerPriority" and borrowing and lower:
         return f"reclaimWithinCohort: LowerPriority, queue {leaf} borrows"
     if rules.fair_share == "Reclaim" and ground.shares.above_fair_share(leaf, fit):
         return f"fairShare: Reclaim, queue {leaf} is above its fair share"

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from policies import (
     AdmittedGang,
+    BorrowWithinCohort,
     Gang,
     Node,
     PodSet,
@@ -28,6 +29,7 @@ from policies import (
     Toleration,
     plan,
 )
+from policies.model import ReclaimWithinCohort
 from policies.packing import Packing
 from policies.topology import Topology, TopologyRequest
 
@@ -135,12 +137,18 @@ def preemptions(draw: st.DrawFn) -> Preemption:
     """Mostly none, as queues are by default; else any mix of the rules."""
     if draw(st.integers(0, 2)) == 0:
         return Preemption()
+    reclaim: ReclaimWithinCohort = draw(st.sampled_from(("Never", "LowerPriority", "Any")))
+    borrow = BorrowWithinCohort()
+    if reclaim != "Never" and draw(st.booleans()):
+        threshold = draw(st.sampled_from((None, 0, 5)))
+        borrow = BorrowWithinCohort(policy="LowerPriority", max_priority_threshold=threshold)
     return Preemption(
-        reclaim_within_cohort=draw(st.sampled_from(("Never", "LowerPriority", "Any"))),
+        reclaim_within_cohort=reclaim,
         within_queue=draw(st.sampled_from(("Never", "LowerPriority"))),
         fair_share=draw(st.sampled_from(("Never", "Reclaim"))),
         protect_after=draw(st.integers(1, 3)),
         protect_for=draw(st.sampled_from((0.0, 50.0, 1000.0))),
+        borrow_within_cohort=borrow,
     )
 
 

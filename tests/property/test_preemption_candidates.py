@@ -35,10 +35,12 @@ def _scan_every_admitted_gang(
     tree = state.tree
     queues = tree.queues
     rules = queue.preemption
-    if rules.reclaim_within_cohort != "Never" and not state.quota.within_nominal(
+    borrows = rules.reclaim_within_cohort != "Never" and not state.quota.within_nominal(
         queue.name, state.catalog.demand(gang, gang.size)
-    ):
+    )
+    if borrows and not rules.borrow_within_cohort.enabled:
         rules = dataclasses.replace(rules, reclaim_within_cohort="Never")
+        borrows = False
     root = tree.ancestors(queue.name)[-1]
     mine = shares.share_of(queue.name, fit, gang.size)
     index = state.cluster.index
@@ -58,7 +60,9 @@ def _scan_every_admitted_gang(
         ):
             continue
         share = shares.share_of(leaf, fit, 0)
-        rule = _reference_rule(shares, rules, gang, other, leaf, queue.name, share, mine, fit)
+        rule = _reference_rule(
+            shares, rules, borrows, gang, other, leaf, queue.name, share, mine, fit
+        )
         if not rule:
             continue
         demand = [(i, amount) for i, amount in state.catalog.demand(other, victim.size) if amount]
@@ -78,6 +82,7 @@ def _scan_every_admitted_gang(
 def _reference_rule(
     shares: Shares,
     rules: Preemption,
+    borrows: bool,
     gang: Gang,
     other: Gang,
     leaf: str,
@@ -94,9 +99,16 @@ def _reference_rule(
         return ""
     borrowing = shares.borrowing(leaf)
     lower = other.priority < gang.priority
-    if rules.reclaim_within_cohort == "Any" and borrowing:
+    if borrows:  # the preemptor's queue would borrow: borrowWithinCohort's rule, or fairShare
+        ceiling = rules.borrow_within_cohort.max_priority_threshold
+        if borrowing and lower and (ceiling is None or other.priority <= ceiling):
+            return (
+                f"reclaimWithinCohort: {rules.reclaim_within_cohort} with borrowWithinCohort: "
+                f"LowerPriority, queue {leaf} borrows"
+            )
+    elif rules.reclaim_within_cohort == "Any" and borrowing:
         return f"reclaimWithinCohort: Any, queue {leaf} borrows"
-    if rules.reclaim_within_cohort == "LowerPriority" and borrowing and lower:
+    elif rules.reclaim_within_cohort == "LowerPriority" and borrowing and lower:
         return f"reclaimWithinCohort: LowerPriority, queue {leaf} borrows"
     if rules.fair_share == "Reclaim" and shares.above_fair_share(leaf, fit):
         return f"fairShare: Reclaim, queue {leaf} is above its fair share"

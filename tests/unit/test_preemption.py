@@ -10,7 +10,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from policies import AdmittedGang, Gang, Queue, QueueTree, Resources, SizeRatio, Snapshot, plan
-from policies.model import Preemption
+from policies.model import BorrowWithinCohort, Preemption
 from policies.reservation import STARVATION_AFTER
 from tests.unit.test_planner import CPU, admitted_ids, cluster, gang, run
 
@@ -351,3 +351,45 @@ def test_a_queue_that_borrows_with_its_preemptor_reclaims_nothing() -> None:
     assert decisions.preempted == {}
     decisions = run(pending, world(16), admitted=queue_a_holds_everything())
     assert sorted(decisions.preempted) == ["ns/a2", "ns/a3"]
+
+
+def test_borrow_within_cohort_lets_a_borrowing_preemptor_take_lower_priority_gangs() -> None:
+    # The world above with 8 cpu of nominal quota for b: its 16-cpu gang would borrow, so
+    # reclaimWithinCohort alone takes nothing. borrowWithinCohort: LowerPriority lets it take
+    # a's gangs of lower priority than its own (all a's are 0), and with a threshold only
+    # those of priority at most it.
+    def world(borrow: BorrowWithinCohort) -> QueueTree:
+        rules = Preemption(reclaim_within_cohort="Any", borrow_within_cohort=borrow)
+        return QueueTree.build(
+            [
+                Queue("org", nominal=Resources(cpu=24 * CPU), size_ratio=None),
+                Queue("a", parent="org", size_ratio=None),
+                Queue(
+                    "b",
+                    parent="org",
+                    nominal=Resources(cpu=8 * CPU),
+                    size_ratio=None,
+                    preemption=rules,
+                ),
+            ]
+        )
+
+    lower = BorrowWithinCohort(policy="LowerPriority")
+    urgent = [gang("wants", 8, 2, queue="b", t=10, priority=5)]
+    held_by_a = queue_a_holds_everything()
+    assert run(urgent, world(BorrowWithinCohort()), admitted=held_by_a).preempted == {}
+    decisions = run(urgent, world(lower), admitted=held_by_a)
+    assert sorted(decisions.preempted) == ["ns/a2", "ns/a3"]
+    assert admitted_ids(decisions) == ["ns/wants"]
+    assert (
+        "(reclaimWithinCohort: Any with borrowWithinCohort: LowerPriority, queue a borrows)"
+        in decisions.preempted["ns/a3"].message
+    )
+    # Same priority: not lower, nothing taken (two borrowing queues never trade gangs).
+    same = [gang("wants", 8, 2, queue="b", t=10)]
+    assert run(same, world(lower), admitted=held_by_a).preempted == {}
+    # A threshold below the victims' priority: nothing; at it: taken.
+    capped = dataclasses.replace(lower, max_priority_threshold=-1)
+    assert run(urgent, world(capped), admitted=held_by_a).preempted == {}
+    at = dataclasses.replace(lower, max_priority_threshold=0)
+    assert sorted(run(urgent, world(at), admitted=held_by_a).preempted) == ["ns/a2", "ns/a3"]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from admission.cache import Cache
-from policies import Backoff, PolicyError, Resources, SizeRatio
+from policies import Backoff, BorrowWithinCohort, PolicyError, Resources, SizeRatio
 from policies.objects import queue_from
 from policies.queuespec import parse_queue
 from simulator.trace import TraceError, from_dict
@@ -47,6 +47,18 @@ def test_reads_every_field() -> None:
     assert queue.backoff == Backoff(base=2.0, max=60.0, limit=3)
     assert not queue.node_fit
     assert queue.preemption.reclaim_within_cohort == "Any"
+    borrow = parse_queue(
+        "q",
+        {
+            "preemption": {
+                "reclaimWithinCohort": "LowerPriority",
+                "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 100},
+            }
+        },
+        WHERE,
+    ).preemption.borrow_within_cohort
+    assert borrow == BorrowWithinCohort(policy="LowerPriority", max_priority_threshold=100)
+    assert parse_queue("q", {}, WHERE).preemption.borrow_within_cohort == BorrowWithinCohort()
 
 
 def test_defaults() -> None:
@@ -104,6 +116,29 @@ def test_size_ratio_forms() -> None:
         (
             {"preemption": {"withinQueue": "Any"}},
             'queue "q": spec.preemption.withinQueue: must be',
+        ),
+        (
+            {"preemption": {"borrowWithinCohort": {"policy": "LowerPriority"}}},
+            'queue "q": spec.preemption.borrowWithinCohort: policy LowerPriority needs '
+            "reclaimWithinCohort LowerPriority or Any",
+        ),
+        (
+            {"preemption": {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Any"}}},
+            'queue "q": spec.preemption.borrowWithinCohort.policy: must be one of Never, '
+            "LowerPriority, got 'Any'",
+        ),
+        (
+            {"preemption": {"borrowWithinCohort": {"maxPriority": 5}}},
+            'queue "q": spec.preemption.borrowWithinCohort: unknown field maxPriority; known: '
+            "policy, maxPriorityThreshold",
+        ),
+        (
+            {"preemption": {"borrowWithinCohort": {"maxPriorityThreshold": "high"}}},
+            'queue "q": spec.preemption.borrowWithinCohort.maxPriorityThreshold: ',
+        ),
+        (
+            {"preemption": {"borrowWithinCohort": "LowerPriority"}},
+            'queue "q": spec.preemption.borrowWithinCohort: must be a mapping',
         ),
     ],
 )
