@@ -49,6 +49,7 @@ from kubeport.kubeapi import ApiError, ApiUnreachable
 from kubeport.statusauth import Access, Caller, OpenAccess
 from policies import Resources, format_quantity, gangstate
 from policies.kinds.reading import format_time
+from policies.preemption import preemption_spec
 
 log = logging.getLogger("muster.status")
 
@@ -202,7 +203,7 @@ def _amounts(resources: Resources | None) -> dict[str, str] | None:
 
 def queue_spec(view: QueueView) -> dict[str, object]:
     """The parts of a Queue's spec a reader of /v1/queues needs next to its usage: where it
-    sits in the cohort tree and its quota (None = not set)."""
+    sits in the cohort tree, its quota and its preemption rules (None = not set)."""
     queue = view.queue
     if queue is None:
         return {}
@@ -214,6 +215,7 @@ def queue_spec(view: QueueView) -> dict[str, object]:
         "lendingLimit": _amounts(queue.lending_limit),
         "strategy": queue.strategy,
         "nodeFit": queue.node_fit,
+        "preemption": preemption_spec(queue.preemption) if queue.preemption.enabled else None,
         "limits": None
         if view.limits.unlimited
         else {

@@ -55,7 +55,7 @@ from policies.planstate import PlanState, placed_sets, smallest_size
 from policies.shares import Shares
 from policies.vocabulary import MAX_INT32
 
-__all__ = ["parse_preemption", "preempt"]
+__all__ = ["parse_preemption", "preempt", "preemption_spec"]
 
 _FIELDS = (
     "reclaimWithinCohort",
@@ -109,6 +109,25 @@ def parse_preemption(spec: object, where: str) -> Preemption:
     )
     Preemption.validate(preemption, where)
     return preemption
+
+
+def preemption_spec(preemption: Preemption) -> dict[str, object]:
+    """``preemption`` as a Queue's ``spec.preemption`` (what `parse_preemption` reads back to
+    it): every rule, ``protectFor`` in seconds, ``borrowWithinCohort`` only where set."""
+    spec: dict[str, object] = {
+        "reclaimWithinCohort": preemption.reclaim_within_cohort,
+        "withinQueue": preemption.within_queue,
+        "fairShare": preemption.fair_share,
+        "protectAfter": preemption.protect_after,
+        "protectFor": preemption.protect_for,
+    }
+    borrow = preemption.borrow_within_cohort
+    if borrow != BorrowWithinCohort():
+        body: dict[str, object] = {"policy": borrow.policy}
+        if borrow.max_priority_threshold is not None:
+            body["maxPriorityThreshold"] = borrow.max_priority_threshold
+        spec["borrowWithinCohort"] = body
+    return spec
 
 
 def _parse_borrow(spec: object, where: str) -> BorrowWithinCohort:

@@ -40,6 +40,7 @@ from policies.kinds import KindName
 from policies.kinds.drafts import Draft, DraftSet
 from policies.kinds.registry import kind_named
 from policies.model import Ordering
+from policies.preemption import preemption_spec
 from policies.vocabulary import (
     ELASTIC_AFTER,
     GANG,
@@ -205,10 +206,7 @@ def preemption_body(preemption: Preemption, scale: float) -> dict[str, Any]:
     """A Queue's `spec.preemption` (camelCase, as `policies.parse_preemption` reads it), with
     `protectFor` compressed by scale like the other durations."""
     return {
-        "reclaimWithinCohort": preemption.reclaim_within_cohort,
-        "withinQueue": preemption.within_queue,
-        "fairShare": preemption.fair_share,
-        "protectAfter": preemption.protect_after,
+        **preemption_spec(preemption),
         "protectFor": wall_duration(preemption.protect_for, scale),
     }
 

@@ -107,9 +107,31 @@ def _quota_changes(
             f"queues of cohort {parent['name']} leave unused quota it may borrow "
             f"(cohort {parent['name']}: {usage_cell(parent)})"
         )
+    reclaim = _reclaim_while_borrowing(q, queue, parent)
+    if reclaim:
+        out.append(reclaim)
     borrow = ", or spec.borrowingLimit" if parent is not None else ""
     out.append(f"or raise queue {q}'s quota: {edit} (spec.nominal{borrow})")
     return out
+
+
+def _reclaim_while_borrowing(
+    q: str, queue: Mapping[str, Any] | None, parent: Mapping[str, Any] | None
+) -> str:
+    """For a queue of a cohort that reclaims but not while it borrows: the rule that keeps a
+    gang past its nominal quota from preempting, and the field that changes it ('' if none)."""
+    rules = (queue or {}).get("preemption") or {}
+    reclaim = rules.get("reclaimWithinCohort", "Never")
+    borrow = (rules.get("borrowWithinCohort") or {}).get("policy", "Never")
+    if parent is None or reclaim == "Never" or borrow != "Never":
+        return ""
+    return (
+        f"queue {q} reclaims lent quota (reclaimWithinCohort: {reclaim}) only for a gang that "
+        f"fits within its own nominal quota; a gang that would borrow past it preempts no "
+        f"other queue's gangs and waits for them to end, unless spec.preemption."
+        "borrowWithinCohort: {policy: LowerPriority} lets it take lower-priority gangs of "
+        "borrowing queues (docs/queue-reference.md, *Preemption*)"
+    )
 
 
 def _no_fit_changes(message: str) -> list[str]:

@@ -84,6 +84,7 @@ def queue_rows(listing: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]
             "borrowingLimit": spec.get("borrowingLimit"),
             "lendingLimit": spec.get("lendingLimit"),
             "weight": spec.get("weight"),
+            "preemption": spec.get("preemption"),
             "share": entry.get("share"),
         }
         if entry.get("error"):

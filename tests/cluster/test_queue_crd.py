@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kubeport.kubeapi import ApiError, KubeClient
-from policies import Preemption
+from policies import BorrowWithinCohort, Preemption
 from policies.objects import queue_from
 from tests.controller_helpers import QUEUES, create_queue, delete_queue
 
@@ -53,6 +53,14 @@ pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crds")]
         ({"preemption": {"fairShare": "Yes"}}, "spec.preemption.fairShare"),
         ({"preemption": {"protectAfter": 0}}, "spec.preemption.protectAfter"),
         ({"preemption": {"protectFor": "a while"}}, "spec.preemption.protectFor"),
+        (
+            {"preemption": {"borrowWithinCohort": {"policy": "LowerPriority"}}},
+            "borrowWithinCohort needs reclaimWithinCohort LowerPriority or Any",
+        ),
+        (
+            {"preemption": {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Yes"}}},
+            "spec.preemption.borrowWithinCohort.policy",
+        ),
     ],
 )
 def test_a_bad_queue_is_refused_with_the_rules_message(
@@ -95,5 +103,22 @@ def test_a_queues_preemption_gets_the_schemas_defaults_and_reads_back(kube: Kube
             "protectFor": "10m",
         }
         assert queue_from(body).preemption == Preemption(fair_share="Reclaim")
+    finally:
+        delete_queue(kube, name)
+
+
+def test_a_queues_borrow_within_cohort_reads_back(kube: KubeClient) -> None:
+    name = "crd-borrow-within-cohort"
+    borrow = {"policy": "LowerPriority", "maxPriorityThreshold": 100}
+    create_queue(
+        kube, name, {"preemption": {"reclaimWithinCohort": "Any", "borrowWithinCohort": borrow}}
+    )
+    try:
+        body = kube.get(f"{QUEUES}/{name}")
+        assert body["spec"]["preemption"]["borrowWithinCohort"] == borrow
+        assert queue_from(body).preemption == Preemption(
+            reclaim_within_cohort="Any",
+            borrow_within_cohort=BorrowWithinCohort("LowerPriority", 100),
+        )
     finally:
         delete_queue(kube, name)

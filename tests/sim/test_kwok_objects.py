@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from admission.gangs import job_record
-from policies import Preemption, Resources, SizeRatio, gangstate
+from policies import BorrowWithinCohort, Preemption, Resources, SizeRatio, gangstate
 from policies.gangstate import GangState
 from policies.kinds.reading import format_admitted
 from policies.objects import node_from, queue_from
@@ -376,7 +376,14 @@ def test_a_queues_preemption_reaches_its_queue_object() -> None:
     data = {
         **TRACE,
         "queues": [
-            {"name": "q", "preemption": {"reclaimWithinCohort": "Any", "protectAfter": 2}},
+            {
+                "name": "q",
+                "preemption": {
+                    "reclaimWithinCohort": "Any",
+                    "protectAfter": 2,
+                    "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 5},
+                },
+            },
             {"name": "r", "preemption": {"withinQueue": "LowerPriority", "protectFor": "100s"}},
             {"name": "s"},
         ],
@@ -385,7 +392,10 @@ def test_a_queues_preemption_reaches_its_queue_object() -> None:
     q = queue_body(specs["q"], 25, "r1")
     assert q["spec"]["preemption"]["reclaimWithinCohort"] == "Any"
     assert queue_from(q).preemption == Preemption(
-        reclaim_within_cohort="Any", protect_after=2, protect_for=24.0
+        reclaim_within_cohort="Any",
+        protect_after=2,
+        protect_for=24.0,
+        borrow_within_cohort=BorrowWithinCohort("LowerPriority", 5),
     )
     r = queue_from(queue_body(specs["r"], 25, "r1")).preemption
     assert r == Preemption(within_queue="LowerPriority", protect_for=4.0)

@@ -89,6 +89,24 @@ def test_cohort_members_hear_about_borrowing() -> None:
     assert any("spec.borrowingLimit" in c for c in changes)
 
 
+def test_a_queue_that_reclaims_hears_that_it_does_not_while_it_borrows() -> None:
+    body = {"gang": "ns/x", "queue": "b", "reason": {"code": "QuotaExhausted", "message": "m"}}
+    parent = {"name": "org", "usage": {"cpu": "10"}, "quota": {"cpu": "10"}}
+
+    def advice(preemption: dict[str, Any] | None) -> str:
+        queue = {"name": "b", "usage": {"cpu": "2"}, "quota": None, "preemption": preemption}
+        return "\n".join(changes_for(body, queue, parent, None))
+
+    said = "reclaims lent quota (reclaimWithinCohort: Any) only for a gang that fits within"
+    assert said in advice({"reclaimWithinCohort": "Any"})
+    assert "borrowWithinCohort: {policy: LowerPriority}" in advice({"reclaimWithinCohort": "Any"})
+    # Not where it does not apply: no reclaim, or borrowWithinCohort already set.
+    assert "reclaims lent quota" not in advice(None)
+    assert "reclaims lent quota" not in advice({"reclaimWithinCohort": "Never"})
+    borrows = {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "LowerPriority"}}
+    assert "reclaims lent quota" not in advice(borrows)
+
+
 def test_render_prints_summary_reason_and_source() -> None:
     text = render(_explain("third"), "the moon")
     lines = text.splitlines()
