@@ -57,6 +57,9 @@ class FamilySpec:
     """`fairSharing.halfLife` of every queue (None: not set, the default instant share)."""
     ordering: str | None = None
     """`ordering.by` of every queue (None: not set, the default order by submission)."""
+    borrow_within_cohort: bool = False
+    """Give each queue whose drawn rules reclaim within the cohort `borrowWithinCohort:
+    {policy: LowerPriority}` (no other draw changes)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -174,6 +177,9 @@ class _Draw:
                         {"reclaimWithinCohort": "LowerPriority", "withinQueue": "LowerPriority"},
                     )
                 )
+            rules = queue.get("preemption")
+            if spec.borrow_within_cohort and rules and "reclaimWithinCohort" in rules:
+                rules["borrowWithinCohort"] = {"policy": "LowerPriority"}
             if spec.half_life is not None:
                 queue["fairSharing"] = {"halfLife": spec.half_life}
             if spec.ordering is not None:

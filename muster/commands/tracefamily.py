@@ -15,6 +15,7 @@ examples:
   muster sim --family out/family               # none and muster on every trace, one table
   muster trace family --seed-range 1-50 --half-life 10m --out out/family-decayed
   muster trace family --seed-range 1-50 --ordering SmallestFirst --out out/family-smallest
+  muster trace family --seed-range 1-50 --borrow-within-cohort --out out/family-borrow
 
 The distribution (queues, weights, quotas, gang sizes up to 60% of the cluster, elastic
 gangs, GPU pools, runtime limits, floods and late bursts, preemption): docs/simulator.md,
@@ -47,6 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="set ordering.by on every queue (default: unset, by submission)",
     )
     parser.add_argument(
+        "--borrow-within-cohort",
+        action="store_true",
+        help="give every queue that reclaims within its cohort borrowWithinCohort: "
+        "{policy: LowerPriority} (default: unset; the draws are otherwise the same)",
+    )
+    parser.add_argument(
         "--out", required=True, type=Path, help="output folder (created; traces are overwritten)"
     )
 
@@ -66,7 +73,11 @@ def run(args: argparse.Namespace) -> int:
         if args.half_life is not None:
             parse_duration(args.half_life, "--half-life")
         spec = FamilySpec(
-            nodes=nodes, queues=queues, half_life=args.half_life, ordering=args.ordering
+            nodes=nodes,
+            queues=queues,
+            half_life=args.half_life,
+            ordering=args.ordering,
+            borrow_within_cohort=args.borrow_within_cohort,
         )
         documents = []
         for seed in range(first, last + 1):

@@ -74,6 +74,26 @@ def test_half_life_is_set_on_every_queue_only_when_asked() -> None:
     assert decayed["jobs"] == plain["jobs"]
 
 
+def test_borrow_within_cohort_goes_only_to_queues_that_reclaim() -> None:
+    spec = FamilySpec(**{**SMALL.as_dict(), "borrow_within_cohort": True})
+    seen = 0
+    for seed in range(1, 30):
+        plain, borrow = family_document(SMALL, seed), family_document(spec, seed)
+        assert borrow["jobs"] == plain["jobs"]  # the same draw otherwise
+        for before, after in zip(plain["queues"], borrow["queues"], strict=True):
+            rules = before.get("preemption") or {}
+            if "reclaimWithinCohort" in rules:
+                seen += 1
+                assert after["preemption"] == {
+                    **rules,
+                    "borrowWithinCohort": {"policy": "LowerPriority"},
+                }
+            else:
+                assert after == before
+    assert seen  # some queue of these seeds reclaims
+    from_dict(family_document(spec, 4), source="test", default_name="family-4")
+
+
 def test_parse_range() -> None:
     assert parse_range("1-50", "--seed-range") == (1, 50)
     assert parse_range("7", "--seed-range") == (7, 7)
