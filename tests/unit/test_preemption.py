@@ -326,25 +326,31 @@ def test_a_preemptor_held_back_by_the_reservation_lands_off_the_reserved_nodes()
     assert decisions.admitted[0].placement == {"n0": 1}
 
 
+def lending_world(nominal_b: int, rules: Preemption) -> QueueTree:
+    """A cohort of 24 cpu: a has no nominal quota (all it holds is borrowed), b has
+    ``nominal_b`` cpu and the preemption ``rules``."""
+    return QueueTree.build(
+        [
+            Queue("org", nominal=Resources(cpu=24 * CPU), size_ratio=None),
+            Queue("a", parent="org", size_ratio=None),
+            Queue(
+                "b",
+                parent="org",
+                nominal=Resources(cpu=nominal_b * CPU),
+                size_ratio=None,
+                preemption=rules,
+            ),
+        ]
+    )
+
+
 def test_a_queue_that_borrows_with_its_preemptor_reclaims_nothing() -> None:
     # a holds the four nodes, all borrowed (it has no nominal quota). b's gang needs 16 cpu:
     # with 8 cpu of nominal quota it would borrow too, and a keeps its gangs (as Kueue: no
     # reclaim while borrowing, or two borrowing queues would reclaim from each other in
     # turn). With 16, b reclaims what it needs.
     def world(wants: int) -> QueueTree:
-        return QueueTree.build(
-            [
-                Queue("org", nominal=Resources(cpu=24 * CPU), size_ratio=None),
-                Queue("a", parent="org", size_ratio=None),
-                Queue(
-                    "b",
-                    parent="org",
-                    nominal=Resources(cpu=wants * CPU),
-                    size_ratio=None,
-                    preemption=Preemption(reclaim_within_cohort="Any"),
-                ),
-            ]
-        )
+        return lending_world(wants, Preemption(reclaim_within_cohort="Any"))
 
     pending = [gang("wants", 8, 2, queue="b", t=10)]
     decisions = run(pending, world(8), admitted=queue_a_holds_everything())
@@ -359,19 +365,8 @@ def test_borrow_within_cohort_lets_a_borrowing_preemptor_take_lower_priority_gan
     # a's gangs of lower priority than its own (all a's are 0), and with a threshold only
     # those of priority at most it.
     def world(borrow: BorrowWithinCohort) -> QueueTree:
-        rules = Preemption(reclaim_within_cohort="Any", borrow_within_cohort=borrow)
-        return QueueTree.build(
-            [
-                Queue("org", nominal=Resources(cpu=24 * CPU), size_ratio=None),
-                Queue("a", parent="org", size_ratio=None),
-                Queue(
-                    "b",
-                    parent="org",
-                    nominal=Resources(cpu=8 * CPU),
-                    size_ratio=None,
-                    preemption=rules,
-                ),
-            ]
+        return lending_world(
+            8, Preemption(reclaim_within_cohort="Any", borrow_within_cohort=borrow)
         )
 
     lower = BorrowWithinCohort(policy="LowerPriority")
