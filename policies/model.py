@@ -18,7 +18,7 @@ from policies.labels import holds
 from policies.packing import DEFAULT_PACKING, Packing
 from policies.resources import Resources, format_quantity
 from policies.topology import NO_TOPOLOGY, Topology, TopologyRequest
-from policies.vocabulary import PRIORITY_MAX
+from policies.vocabulary import MAX_INT32, PRIORITY_MAX
 
 __all__ = [
     "AdmittedGang",
@@ -659,10 +659,12 @@ def _validate_preemption(preemption: Preemption, path: str) -> None:
             f"got {borrow.policy!r}"
         )
     threshold = borrow.max_priority_threshold
-    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int)):
+    if threshold is not None and (
+        isinstance(threshold, bool) or not isinstance(threshold, int) or abs(threshold) > MAX_INT32
+    ):
         raise PolicyError(
-            f"{path}.borrowWithinCohort.maxPriorityThreshold: must be a whole number, "
-            f"got {threshold!r}"
+            f"{path}.borrowWithinCohort.maxPriorityThreshold: {shown(threshold)} is not a whole "
+            f"number up to {MAX_INT32}; e.g. 100 (gangs of priority at most 100 may be preempted)"
         )
     if borrow.enabled and preemption.reclaim_within_cohort == "Never":
         # As Kueue: it widens reclaimWithinCohort; on its own it would let nothing be preempted.

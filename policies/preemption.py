@@ -145,16 +145,10 @@ def _parse_borrow(spec: object, where: str) -> BorrowWithinCohort:
             f"{where}: unknown field {', '.join(map(str, unknown))}; "
             f"known: {', '.join(_BORROW_FIELDS)}"
         )
-    threshold = spec.get("maxPriorityThreshold")
-    if threshold is not None and (
-        isinstance(threshold, bool) or not isinstance(threshold, int) or abs(threshold) > MAX_INT32
-    ):
-        raise PolicyError(
-            f"{where}.maxPriorityThreshold: {shown(threshold)} is not a whole number up to "
-            f"{MAX_INT32}; e.g. 100 (gangs of priority at most 100 may be preempted)"
-        )
+    # Its values are checked with the rest of the rules (`Preemption.validate`).
     return BorrowWithinCohort(
-        policy=spec.get("policy", BorrowWithinCohort().policy), max_priority_threshold=threshold
+        policy=spec.get("policy", BorrowWithinCohort().policy),
+        max_priority_threshold=spec.get("maxPriorityThreshold"),
     )
 
 
