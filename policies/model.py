@@ -660,11 +660,15 @@ def _validate_preemption(preemption: Preemption, path: str) -> None:
         )
     threshold = borrow.max_priority_threshold
     if threshold is not None and (
-        isinstance(threshold, bool) or not isinstance(threshold, int) or abs(threshold) > MAX_INT32
+        isinstance(threshold, bool)
+        or not isinstance(threshold, int)
+        or not -MAX_INT32 - 1 <= threshold <= MAX_INT32
     ):
+        # An int32, as Kueue's field and the CRD's: priorities may be negative.
         raise PolicyError(
             f"{path}.borrowWithinCohort.maxPriorityThreshold: {shown(threshold)} is not a whole "
-            f"number up to {MAX_INT32}; e.g. 100 (gangs of priority at most 100 may be preempted)"
+            f"number from {-MAX_INT32 - 1} to {MAX_INT32}; e.g. 100 (gangs of priority at most "
+            "100 may be preempted)"
         )
     if borrow.enabled and preemption.reclaim_within_cohort == "Never":
         # As Kueue: it widens reclaimWithinCohort; on its own it would let nothing be preempted.

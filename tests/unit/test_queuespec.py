@@ -61,6 +61,19 @@ def test_reads_every_field() -> None:
     assert parse_queue("q", {}, WHERE).preemption.borrow_within_cohort == BorrowWithinCohort()
 
 
+@pytest.mark.parametrize("threshold", [-(2**31), -10, 0, 2**31 - 1])
+def test_max_priority_threshold_takes_every_int32(threshold: int) -> None:
+    # The CRD stores any int32 and priorities may be negative: the reader refuses none of them.
+    spec = {
+        "preemption": {
+            "reclaimWithinCohort": "Any",
+            "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": threshold},
+        }
+    }
+    borrow = parse_queue("q", spec, WHERE).preemption.borrow_within_cohort
+    assert borrow.max_priority_threshold == threshold
+
+
 def test_defaults() -> None:
     queue = parse_queue("q", {}, WHERE)
     assert queue.parent is None and queue.weight == 1.0 and queue.nominal is None
@@ -135,6 +148,16 @@ def test_size_ratio_forms() -> None:
         (
             {"preemption": {"borrowWithinCohort": {"maxPriorityThreshold": "high"}}},
             'queue "q": spec.preemption.borrowWithinCohort.maxPriorityThreshold: ',
+        ),
+        (
+            {"preemption": {"borrowWithinCohort": {"maxPriorityThreshold": 2**31}}},
+            'queue "q": spec.preemption.borrowWithinCohort.maxPriorityThreshold: 2147483648 is '
+            "not a whole number from -2147483648 to 2147483647",
+        ),
+        (
+            {"preemption": {"borrowWithinCohort": {"maxPriorityThreshold": -(2**31) - 1}}},
+            'queue "q": spec.preemption.borrowWithinCohort.maxPriorityThreshold: -2147483649 is '
+            "not a whole number",
         ),
         (
             {"preemption": {"borrowWithinCohort": "LowerPriority"}},
