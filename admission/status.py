@@ -77,6 +77,7 @@ def gang_status(cache: Cache, key: str, now: float) -> dict[str, Any] | None:
         "state": state,
         "size": record.gang.size,
         "min": record.gang.min,
+        "requests": _amounts(record.gang.demand(record.gang.size)),  # every pod, full size
         "evictions": record.evictions,
         "preemptions": record.gang.preemptions,
         "version": cache.status.gang_versions.get(key, 0),

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from muster.commands.queues import queue_rows, usage_cell
+from muster.commands.queues import amounts, queue_rows, usage_cell
 from muster.commands.status import add_gang_arguments, estimate_text, gang_label
 from muster.view import (
     ApiView,
@@ -26,7 +26,7 @@ from muster.view import (
     open_view,
     parse_gang,
 )
-from policies import gangstate
+from policies import format_quantity, gangstate
 from policies.kinds.registry import POD_GANGS
 from policies.vocabulary import GANG, MIN_MEMBERS, POD_GROUP, POD_GROUP_SIZE
 
@@ -78,7 +78,7 @@ def changes_for(
     namespace, _, name = str(body.get("gang")).partition("/")
     edit = f"kubectl edit queues.muster.dev {q}"
     if code == "QuotaExhausted":
-        return _quota_changes(q, edit, queue, parent, holders)
+        return _quota_changes(q, edit, queue, parent, holders, body.get("requests"))
     if code == "NoFit":
         return _no_fit_changes(message)
     if code == "NeverFits":
@@ -96,6 +96,7 @@ def _quota_changes(
     queue: Mapping[str, Any] | None,
     parent: Mapping[str, Any] | None,
     holders: Sequence[Mapping[str, Any]] | None,
+    requests: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """QuotaExhausted: quota released, borrowed from the cohort, or raised."""
     held = f": it holds {usage_cell(queue)} (usage/quota)" if queue else ""
@@ -107,7 +108,7 @@ def _quota_changes(
             f"queues of cohort {parent['name']} leave unused quota it may borrow "
             f"(cohort {parent['name']}: {usage_cell(parent)})"
         )
-    reclaim = _reclaim_while_borrowing(q, queue, parent)
+    reclaim = _reclaim_while_borrowing(q, queue, parent, requests)
     if reclaim:
         out.append(reclaim)
     borrow = ", or spec.borrowingLimit" if parent is not None else ""
@@ -116,22 +117,56 @@ def _quota_changes(
 
 
 def _reclaim_while_borrowing(
-    q: str, queue: Mapping[str, Any] | None, parent: Mapping[str, Any] | None
+    q: str,
+    queue: Mapping[str, Any] | None,
+    parent: Mapping[str, Any] | None,
+    requests: Mapping[str, Any] | None,
 ) -> str:
-    """For a queue of a cohort that reclaims but not while it borrows: the rule that keeps a
-    gang past its nominal quota from preempting, and the field that changes it ('' if none)."""
+    """For a gang of a queue of a cohort that reclaims but not while it borrows, and that would
+    borrow past its queue's nominal quota: the rule that keeps it from preempting, and the field
+    that changes it ('' if none applies). Without the gang's requests (a status service older
+    than them), the rule is stated for any gang."""
     rules = (queue or {}).get("preemption") or {}
     reclaim = rules.get("reclaimWithinCohort", "Never")
     borrow = (rules.get("borrowWithinCohort") or {}).get("policy", "Never")
     if parent is None or reclaim == "Never" or borrow != "Never":
         return ""
-    return (
-        f"queue {q} reclaims lent quota (reclaimWithinCohort: {reclaim}) only for a gang that "
-        f"fits within its own nominal quota; a gang that would borrow past it preempts no "
-        f"other queue's gangs and waits for them to end, unless spec.preemption."
-        "borrowWithinCohort: {policy: LowerPriority} lets it take lower-priority gangs of "
-        "borrowing queues (docs/queue-reference.md, *Preemption*)"
+    unless = (
+        "unless spec.preemption.borrowWithinCohort: {policy: LowerPriority} lets it take "
+        "lower-priority gangs of borrowing queues (docs/queue-reference.md, *Preemption*)"
     )
+    if requests is None:
+        return (
+            f"queue {q} reclaims lent quota (reclaimWithinCohort: {reclaim}) only for a gang "
+            f"that fits within its own nominal quota; a gang that would borrow past it preempts "
+            f"no other queue's gangs and waits for them to end, {unless}"
+        )
+    past = _past_nominal(q, queue, amounts(requests, "gang requests"))
+    if not past:
+        return ""  # within its nominal quota: the reclaim rule acts for it
+    return (
+        f"this gang would borrow past queue {q}'s nominal quota ({past}), and reclaimWithinCohort: "
+        f"{reclaim} acts only for a gang within it: it preempts no other queue's gangs and "
+        f"waits for them to end, {unless}"
+    )
+
+
+def _past_nominal(q: str, queue: Mapping[str, Any] | None, requests: Mapping[str, int]) -> str:
+    """Where a gang asking ``requests`` would take ``queue`` past its nominal quota (``cpu:
+    needs 64, 40 of 48 used``), or '' if it stays within it in every resource the quota names
+    (a queue with no quota of its own borrows whatever it uses)."""
+    row = queue or {}
+    quota = amounts(row.get("quota"), f"queue {q} quota")
+    usage = amounts(row.get("usage"), f"queue {q} usage")
+    if row.get("quota") is None:
+        return "it has none of its own" if any(requests.values()) else ""
+    over = [
+        f"{r}: needs {format_quantity(r, requests[r])}, {format_quantity(r, usage.get(r, 0))} of "
+        f"{format_quantity(r, quota[r])} used"
+        for r in sorted(quota)
+        if requests.get(r, 0) and usage.get(r, 0) + requests[r] > quota[r]
+    ]
+    return "; ".join(over)
 
 
 def _no_fit_changes(message: str) -> list[str]:

@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _amounts(values: Mapping[str, Any] | None, where: str) -> dict[str, int]:
+def amounts(values: Mapping[str, Any] | None, where: str) -> dict[str, int]:
+    """Quantities of a status body (``{"cpu": "4"}``) as integers; unreadable ones left out."""
     out: dict[str, int] = {}
     for resource, value in (values or {}).items():
         try:
@@ -91,8 +92,8 @@ def queue_rows(listing: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]
             row["error"] = entry["error"]
         rows.append(row)
         pending, admitted = row["pending"], row["admitted"]
-        usage = _amounts(entry.get("usage"), f"queue {name} usage")
-        quota = _amounts(row["nominal"], f"queue {name} nominal")
+        usage = amounts(entry.get("usage"), f"queue {name} usage")
+        quota = amounts(row["nominal"], f"queue {name} nominal")
         for child in row["children"]:
             if child in seen:  # a cycle the controller rejects; never loop on it here
                 continue

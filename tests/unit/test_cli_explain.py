@@ -11,7 +11,7 @@ from admission.status import gang_status, queue_listing, queue_status
 from muster import cli
 from muster.commands.explain import changes_for, explain, render
 from muster.view import plan_listing
-from policies import REASON_CODES, reasons
+from policies import REASON_CODES, format_quantity, reasons
 from policies.vocabulary import EVICTED_REASON, PREEMPTED_BY, PREEMPTIONS
 from tests.unit.test_cli_view import NOW, listing, served
 
@@ -105,6 +105,43 @@ def test_a_queue_that_reclaims_hears_that_it_does_not_while_it_borrows() -> None
     assert "reclaims lent quota" not in advice({"reclaimWithinCohort": "Never"})
     borrows = {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "LowerPriority"}}
     assert "reclaims lent quota" not in advice(borrows)
+
+
+def test_the_reclaim_advice_is_for_the_gang_that_would_borrow() -> None:
+    parent = {"name": "org", "usage": {"cpu": "10"}, "quota": {"cpu": "10"}}
+    rules = {"reclaimWithinCohort": "LowerPriority"}
+
+    def advice(requests: dict[str, str], quota: dict[str, str] | None) -> str:
+        body = {
+            "gang": "ns/x",
+            "queue": "b",
+            "requests": requests,
+            "reason": {"code": "QuotaExhausted", "message": "m"},
+        }
+        queue = {"name": "b", "usage": {"cpu": "2"}, "quota": quota, "preemption": rules}
+        return "\n".join(changes_for(body, queue, parent, None))
+
+    # 2 used of 4: a gang of 3 cpu would borrow, one of 2 stays within (the rule acts for it).
+    past = advice({"cpu": "3", "memory": "1Gi"}, {"cpu": "4", "nvidia.com/gpu": "0"})
+    assert (
+        "this gang would borrow past queue b's nominal quota (cpu: needs 3, 2 of 4 used), and "
+        "reclaimWithinCohort: LowerPriority acts only for a gang within it"
+    ) in past
+    assert "borrowWithinCohort: {policy: LowerPriority}" in past
+    within = advice({"cpu": "2", "memory": "1Gi"}, {"cpu": "4", "nvidia.com/gpu": "0"})
+    assert "reclaimWithinCohort" not in within and "borrow past" not in within
+    # No nominal quota of its own: whatever it takes, it borrows.
+    assert "nominal quota (it has none of its own)" in advice({"cpu": "1"}, None)
+
+
+def test_the_status_body_gives_what_the_gang_asks_for() -> None:
+    cache = plan_listing(listing(), now=NOW).cache
+    body = gang_status(cache, "ns/second", NOW)
+    assert body is not None
+    record = cache.jobs["ns/second"]
+    whole = record.gang.demand(record.gang.size)
+    assert body["requests"] == {r: format_quantity(r, a) for r, a in sorted(whole.items())}
+    assert any(whole.values())
 
 
 def test_render_prints_summary_reason_and_source() -> None:
