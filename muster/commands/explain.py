@@ -156,10 +156,10 @@ def _past_nominal(q: str, queue: Mapping[str, Any] | None, requests: Mapping[str
     needs 64, 40 of 48 used``), or '' if it stays within it in every resource the quota names
     (a queue with no quota of its own borrows whatever it uses)."""
     row = queue or {}
-    quota = amounts(row.get("quota"), f"queue {q} quota")
-    usage = amounts(row.get("usage"), f"queue {q} usage")
     if row.get("quota") is None:
         return "it has none of its own" if any(requests.values()) else ""
+    quota = amounts(row.get("quota"), f"queue {q} quota")
+    usage = amounts(row.get("usage"), f"queue {q} usage")
     over = [
         f"{r}: needs {format_quantity(r, requests[r])}, {format_quantity(r, usage.get(r, 0))} of "
         f"{format_quantity(r, quota[r])} used"
